@@ -1,0 +1,43 @@
+//! `snapshot` reads PyTorch CUDA memory snapshots (`torch.cuda.memory._dump_snapshot`) without
+//! executing them, holds them in a compact model, analyses them and writes them back.
+//!
+//! Brief overview:
+//! - [`read()`] / [`Loader`]: bytes (whole or in chunks) to a [`Snapshot`]. Raw pickles,
+//!   gzip, JSON and `_memory_viz.py` HTML pages are recognised by content.
+//! - [`Snapshot`]: interned strings, a frame and a stack table, segments, and one columnar
+//!   [`Trace`] per device.
+//! - Analyses are plain functions over the model: [`timeline`], [`state`], [`stats`].
+//! - [`write`] produces a pickle that PyTorch's tools load; [`synth`] generates realistic
+//!   snapshots of any size.
+//!
+//! ```
+//! let pickle = snapshot::write::to_pickle_bytes(&snapshot::synth::generate(&snapshot::synth::Options {
+//!     target_entries: 200,
+//!     ..Default::default()
+//! }));
+//! let loaded = snapshot::read(&pickle).unwrap();
+//! let stats = snapshot::stats::summary(&loaded.snapshot);
+//! assert!(stats.total_reserved >= stats.total_allocated);
+//! ```
+#![deny(missing_docs)]
+
+mod error;
+mod intern;
+mod model;
+mod read;
+mod value;
+
+pub mod state;
+pub mod stats;
+pub mod synth;
+pub mod timeline;
+pub mod write;
+
+pub use error::{ErrorKind, ReadError, Warning};
+pub use intern::{StrId, Strings};
+pub use model::{
+    Action, Annotation, Block, BlockState, Entry, Frame, FrameId, History, PoolId, Root, Segment, Snapshot,
+    StackId, Stacks, Trace,
+};
+pub use read::{read, Format, Limits, Loaded, Loader};
+pub use value::Value;

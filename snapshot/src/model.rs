@@ -1,0 +1,623 @@
+//! The compact model of a snapshot: interned strings, a frame table and a stack table
+//! (a frame or stack shared in the pickle is stored once), segments and blocks with every
+//! field of the format, and one columnar trace per device.
+
+use crate::intern::{StrId, Strings};
+use crate::value::Value;
+
+/// Index of a frame in [`Snapshot::frames`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+pub struct FrameId(pub u32);
+
+/// Index of a stack (a list of frames, innermost first) in the stack table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+pub struct StackId(pub u32);
+
+/// One stack frame: `{name, filename, line}`, plus any extra keys (FX fields).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Frame {
+    /// Function name.
+    pub name: StrId,
+    /// Source file (`??` for unknown C++ frames).
+    pub filename: StrId,
+    /// Line number (0 for C++ frames).
+    pub line: i64,
+    /// Keys other than the three above, in file order.
+    pub extras: Vec<(StrId, Value)>,
+}
+
+/// Deduplicated stacks stored back to back.
+#[derive(Clone, Debug, Default)]
+pub struct Stacks {
+    starts: Vec<u32>,
+    frames: Vec<FrameId>,
+}
+
+impl Stacks {
+    pub(crate) fn push(&mut self, frames: &[FrameId]) -> StackId {
+        if self.starts.is_empty() {
+            self.starts.push(0);
+        }
+        self.frames.extend_from_slice(frames);
+        self.starts.push(self.frames.len() as u32);
+        StackId(self.starts.len() as u32 - 2)
+    }
+
+    /// The frames of a stack, innermost first; empty for an unknown id.
+    pub fn get(&self, id: StackId) -> &[FrameId] {
+        let i = id.0 as usize;
+        match (self.starts.get(i), self.starts.get(i + 1)) {
+            (Some(&a), Some(&b)) => &self.frames[a as usize..b as usize],
+            _ => &[],
+        }
+    }
+
+    /// Number of distinct stacks.
+    pub fn len(&self) -> usize {
+        self.starts.len().saturating_sub(1)
+    }
+
+    /// True when there are no stacks.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn heap_bytes(&self) -> usize {
+        self.starts.capacity() * 4 + self.frames.capacity() * 4
+    }
+}
+
+/// Private pool id `(a, b)`; `(0, 0)` is the default pool.
+pub type PoolId = (u64, u64);
+
+/// How a block is used at snapshot time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockState {
+    /// Handed out to a tensor.
+    ActiveAllocated,
+    /// Freed by the user but still used by another stream (`record_stream`).
+    ActivePendingFree,
+    /// Cached, free.
+    Inactive,
+    /// A state string this version does not know.
+    Other(StrId),
+}
+
+/// A 2.0-era block history record.
+#[derive(Clone, Debug, PartialEq)]
+pub struct History {
+    /// Address of the allocation.
+    pub addr: u64,
+    /// Requested size.
+    pub real_size: u64,
+    /// Stack, when recorded.
+    pub frames: Option<StackId>,
+    /// Unknown keys.
+    pub extras: Vec<(StrId, Value)>,
+}
+
+/// A block of a segment.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Block {
+    /// The block's own `address` key (absent in 2.0 files); see [`Segment::block_addresses`].
+    pub address: Option<u64>,
+    /// Rounded size.
+    pub size: u64,
+    /// Requested size, when the key is present.
+    pub requested_size: Option<u64>,
+    /// State.
+    pub state: BlockState,
+    /// Allocation stack (`frames` key), when present.
+    pub frames: Option<StackId>,
+    /// Legacy 2.0 history.
+    pub history: Option<Vec<History>>,
+    /// Unknown or rare keys (`forward_frames`, ...), in file order.
+    pub extras: Vec<(StrId, Value)>,
+}
+
+impl Block {
+    /// Requested bytes as PyTorch's viewer computes them: `requested_size` if non-zero, else
+    /// the first history record's `real_size`, else `size`.
+    pub fn requested_bytes(&self) -> u64 {
+        match self.requested_size {
+            Some(r) if r != 0 => r,
+            _ => match self.history.as_ref().and_then(|h| h.first()) {
+                Some(h) => h.real_size,
+                None => self.requested_size.unwrap_or(self.size),
+            },
+        }
+    }
+
+    /// The allocation stack: `frames`, or the first history record's frames.
+    pub fn stack(&self) -> Option<StackId> {
+        self.frames.or_else(|| self.history.as_ref()?.first()?.frames)
+    }
+}
+
+/// A segment (one cudaMalloc, or one mapped range of an expandable segment).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Segment {
+    /// Device ordinal (-1 for host segments).
+    pub device: i64,
+    /// Start address.
+    pub address: u64,
+    /// Bytes covered.
+    pub total_size: u64,
+    /// Σ size of allocated blocks, when present.
+    pub allocated_size: Option<u64>,
+    /// Σ size of active blocks, when present.
+    pub active_size: Option<u64>,
+    /// Σ requested size of active blocks, when present.
+    pub requested_size: Option<u64>,
+    /// Stream handle.
+    pub stream: i64,
+    /// `large` or `small`, when present.
+    pub segment_type: Option<StrId>,
+    /// Owning pool, when present.
+    pub segment_pool_id: Option<PoolId>,
+    /// Whether the segment is expandable, when present.
+    pub is_expandable: Option<bool>,
+    /// Stack of the allocation that created it, when present.
+    pub frames: Option<StackId>,
+    /// Blocks in address order.
+    pub blocks: Vec<Block>,
+    /// Unknown or rare keys, in file order.
+    pub extras: Vec<(StrId, Value)>,
+}
+
+impl Segment {
+    /// Block addresses as the viewers compute them: the segment address plus the sizes
+    /// of the blocks before (the file's own `address` keys are ignored, 2.0 has none).
+    pub fn block_addresses(&self) -> impl Iterator<Item = u64> + '_ {
+        self.blocks.iter().scan(self.address, |next, b| {
+            let addr = *next;
+            *next = next.wrapping_add(b.size);
+            Some(addr)
+        })
+    }
+}
+
+/// What a trace entry records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// A block handed to the caller.
+    Alloc,
+    /// The caller freed a block.
+    FreeRequested,
+    /// The block went back to the cache.
+    FreeCompleted,
+    /// A merged free (only in files re-pickled from the viewer).
+    Free,
+    /// cudaMalloc of a segment.
+    SegmentAlloc,
+    /// cudaFree of a segment.
+    SegmentFree,
+    /// Pages mapped into an expandable segment.
+    SegmentMap,
+    /// Pages unmapped from an expandable segment.
+    SegmentUnmap,
+    /// Marker written by `snapshot()`.
+    Snapshot,
+    /// An allocation failed.
+    Oom,
+    /// `_annotate_tensor` (2.14+).
+    Annotate,
+    /// An action string this version does not know.
+    Other(StrId),
+}
+
+impl Action {
+    pub(crate) const KNOWN: [(&'static str, Action); 11] = [
+        ("alloc", Action::Alloc),
+        ("free_requested", Action::FreeRequested),
+        ("free_completed", Action::FreeCompleted),
+        ("free", Action::Free),
+        ("segment_alloc", Action::SegmentAlloc),
+        ("segment_free", Action::SegmentFree),
+        ("segment_map", Action::SegmentMap),
+        ("segment_unmap", Action::SegmentUnmap),
+        ("snapshot", Action::Snapshot),
+        ("oom", Action::Oom),
+        ("annotate", Action::Annotate),
+    ];
+
+    fn code(self) -> u8 {
+        match self {
+            Action::Other(_) => u8::MAX,
+            known => Self::KNOWN.iter().position(|&(_, a)| a == known).unwrap_or(0) as u8,
+        }
+    }
+
+    /// The name written in snapshots, for known actions.
+    pub fn name(self) -> Option<&'static str> {
+        Self::KNOWN.iter().find(|&&(_, a)| a == self).map(|&(n, _)| n)
+    }
+}
+
+/// A column that costs nothing until some row has a value: 0 means "absent".
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Sparse32(Vec<u32>);
+
+impl Sparse32 {
+    fn set(&mut self, row: usize, value: u32) {
+        if value == 0 && self.0.is_empty() {
+            return;
+        }
+        if self.0.len() < row {
+            self.0.resize(row, 0);
+        }
+        self.0.push(value);
+    }
+    fn get(&self, row: usize) -> u32 {
+        self.0.get(row).copied().unwrap_or(0)
+    }
+    fn is_used(&self) -> bool {
+        !self.0.is_empty()
+    }
+}
+
+/// One trace entry, unpacked. The reader fills it and [`Trace::push`] packs it into columns.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Entry {
+    /// The action.
+    pub action: Action,
+    /// `addr`, when the key is present (absent on `oom`).
+    pub addr: Option<u64>,
+    /// `size`.
+    pub size: u64,
+    /// Stream handle.
+    pub stream: i64,
+    /// µs since the Unix epoch (2.2+).
+    pub time_us: Option<i64>,
+    /// The stack, when the `frames` key is present.
+    pub frames: Option<StackId>,
+    /// `compile_context` (2.8+).
+    pub compile_context: Option<StrId>,
+    /// `user_metadata` (2.10+).
+    pub user_metadata: Option<StrId>,
+    /// `category` (profiler-made snapshots).
+    pub category: Option<StrId>,
+    /// `pool_id` (2.12+).
+    pub pool_id: Option<PoolId>,
+    /// `device_free` (on `oom`).
+    pub device_free: Option<u64>,
+    /// Other keys (`forward_frames`, `internal_metadata`, unknown ones), in file order.
+    pub extras: Vec<(StrId, Value)>,
+}
+
+impl Entry {
+    /// An entry with only an action, size and stream.
+    pub fn new(action: Action, addr: u64, size: u64, stream: i64) -> Self {
+        Entry {
+            action,
+            addr: Some(addr),
+            size,
+            stream,
+            time_us: None,
+            frames: None,
+            compile_context: None,
+            user_metadata: None,
+            category: None,
+            pool_id: None,
+            device_free: None,
+            extras: Vec::new(),
+        }
+    }
+}
+
+const NO_TIME: i64 = i64::MIN;
+
+/// The trace of one device, stored by column.
+#[derive(Clone, Debug, Default)]
+pub struct Trace {
+    action: Vec<u8>,
+    addr: Vec<u64>,
+    size: Vec<u64>,
+    stream: Vec<i64>,
+    time_us: Vec<i64>,
+    has_addr: Vec<bool>,
+    frames: Sparse32,
+    compile_context: Sparse32,
+    user_metadata: Sparse32,
+    category: Sparse32,
+    pools: Vec<PoolId>,
+    pool: Sparse32,
+    other_actions: Vec<(u32, StrId)>,
+    device_free: Vec<(u32, u64)>,
+    extras: Vec<(u32, Vec<(StrId, Value)>)>,
+}
+
+impl Trace {
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.action.len()
+    }
+
+    /// True when the trace has no entries.
+    pub fn is_empty(&self) -> bool {
+        self.action.is_empty()
+    }
+
+    /// Appends an entry.
+    pub fn push(&mut self, e: &Entry) {
+        let row = self.action.len();
+        let code = e.action.code();
+        self.action.push(code);
+        if let Action::Other(s) = e.action {
+            self.other_actions.push((row as u32, s));
+        }
+        self.addr.push(e.addr.unwrap_or(0));
+        self.has_addr.push(e.addr.is_some());
+        self.size.push(e.size);
+        self.stream.push(e.stream);
+        if e.time_us.is_some() || !self.time_us.is_empty() {
+            if self.time_us.len() < row {
+                self.time_us.resize(row, NO_TIME);
+            }
+            self.time_us.push(e.time_us.unwrap_or(NO_TIME));
+        }
+        self.frames.set(row, e.frames.map_or(0, |s| s.0 + 1));
+        self.compile_context.set(row, e.compile_context.map_or(0, |s| s.0 + 1));
+        self.user_metadata.set(row, e.user_metadata.map_or(0, |s| s.0 + 1));
+        self.category.set(row, e.category.map_or(0, |s| s.0 + 1));
+        let pool = match e.pool_id {
+            None => 0,
+            Some(p) => match self.pools.iter().position(|&q| q == p) {
+                Some(i) => i as u32 + 1,
+                None => {
+                    self.pools.push(p);
+                    self.pools.len() as u32
+                }
+            },
+        };
+        self.pool.set(row, pool);
+        if let Some(f) = e.device_free {
+            self.device_free.push((row as u32, f));
+        }
+        if !e.extras.is_empty() {
+            self.extras.push((row as u32, e.extras.clone()));
+        }
+    }
+
+    /// The action of entry `i`.
+    pub fn action(&self, i: usize) -> Action {
+        let code = self.action.get(i).copied().unwrap_or(0);
+        if code == u8::MAX {
+            return match self.other_actions.binary_search_by_key(&(i as u32), |&(r, _)| r) {
+                Ok(k) => Action::Other(self.other_actions[k].1),
+                Err(_) => Action::Snapshot,
+            };
+        }
+        Action::KNOWN.get(code as usize).map_or(Action::Snapshot, |&(_, a)| a)
+    }
+    /// `addr` of entry `i` (0 when absent).
+    pub fn addr(&self, i: usize) -> u64 {
+        self.addr.get(i).copied().unwrap_or(0)
+    }
+    /// `size` of entry `i`.
+    pub fn size(&self, i: usize) -> u64 {
+        self.size.get(i).copied().unwrap_or(0)
+    }
+    /// Stream of entry `i`.
+    pub fn stream(&self, i: usize) -> i64 {
+        self.stream.get(i).copied().unwrap_or(0)
+    }
+    /// `time_us` of entry `i`, when present.
+    pub fn time_us(&self, i: usize) -> Option<i64> {
+        self.time_us.get(i).copied().filter(|&t| t != NO_TIME)
+    }
+    /// True when some entry has `time_us`.
+    pub fn has_time(&self) -> bool {
+        !self.time_us.is_empty()
+    }
+    /// Stack of entry `i`, when its `frames` key is present.
+    pub fn frames(&self, i: usize) -> Option<StackId> {
+        opt_id(self.frames.get(i)).map(StackId)
+    }
+    /// `compile_context` of entry `i`.
+    pub fn compile_context(&self, i: usize) -> Option<StrId> {
+        opt_id(self.compile_context.get(i)).map(StrId)
+    }
+    /// `user_metadata` of entry `i`.
+    pub fn user_metadata(&self, i: usize) -> Option<StrId> {
+        opt_id(self.user_metadata.get(i)).map(StrId)
+    }
+    /// `category` of entry `i`.
+    pub fn category(&self, i: usize) -> Option<StrId> {
+        opt_id(self.category.get(i)).map(StrId)
+    }
+    /// True when some entry has a `category`.
+    pub fn has_categories(&self) -> bool {
+        self.category.is_used()
+    }
+    /// `pool_id` of entry `i`.
+    pub fn pool_id(&self, i: usize) -> Option<PoolId> {
+        opt_id(self.pool.get(i)).and_then(|k| self.pools.get(k as usize).copied())
+    }
+    /// `device_free` of entry `i` (on `oom` entries).
+    pub fn device_free(&self, i: usize) -> Option<u64> {
+        let k = self.device_free.binary_search_by_key(&(i as u32), |&(r, _)| r).ok()?;
+        Some(self.device_free[k].1)
+    }
+    /// Extra keys of entry `i`.
+    pub fn extras(&self, i: usize) -> &[(StrId, Value)] {
+        match self.extras.binary_search_by_key(&(i as u32), |(r, _)| *r) {
+            Ok(k) => &self.extras[k].1,
+            Err(_) => &[],
+        }
+    }
+
+    /// Entry `i`, unpacked.
+    pub fn entry(&self, i: usize) -> Entry {
+        Entry {
+            action: self.action(i),
+            addr: self.has_addr.get(i).copied().unwrap_or(false).then(|| self.addr(i)),
+            size: self.size(i),
+            stream: self.stream(i),
+            time_us: self.time_us(i),
+            frames: self.frames(i),
+            compile_context: self.compile_context(i),
+            user_metadata: self.user_metadata(i),
+            category: self.category(i),
+            pool_id: self.pool_id(i),
+            device_free: self.device_free(i),
+            extras: self.extras(i).to_vec(),
+        }
+    }
+
+    /// Approximate heap bytes used.
+    pub fn heap_bytes(&self) -> usize {
+        self.action.capacity()
+            + self.has_addr.capacity()
+            + (self.addr.capacity() + self.size.capacity() + self.stream.capacity() + self.time_us.capacity()) * 8
+            + (self.frames.0.capacity()
+                + self.compile_context.0.capacity()
+                + self.user_metadata.0.capacity()
+                + self.category.0.capacity()
+                + self.pool.0.capacity())
+                * 4
+            + self.device_free.capacity() * 16
+            + self.extras.capacity() * 32
+    }
+
+    pub(crate) fn shrink_to_fit(&mut self) {
+        self.action.shrink_to_fit();
+        self.addr.shrink_to_fit();
+        self.size.shrink_to_fit();
+        self.stream.shrink_to_fit();
+        self.time_us.shrink_to_fit();
+        self.has_addr.shrink_to_fit();
+    }
+}
+
+fn opt_id(v: u32) -> Option<u32> {
+    v.checked_sub(1)
+}
+
+/// One `external_annotations` record (a `record_function` START or END).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Annotation {
+    /// `START` or `END`.
+    pub stage: StrId,
+    /// The record_function name.
+    pub name: StrId,
+    /// Device of the recording thread.
+    pub device: i64,
+    /// µs since the Unix epoch.
+    pub time_us: i64,
+    /// Other keys.
+    pub extras: Vec<(StrId, Value)>,
+}
+
+/// The shape of the top-level object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Root {
+    /// The dict written by `_dump_snapshot`.
+    Dict,
+    /// A bare list of segments (`torch.cuda.memory_snapshot()` pickled by a user).
+    SegmentList,
+}
+
+/// A whole snapshot.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    /// The interned strings.
+    pub strings: Strings,
+    /// The frame table.
+    pub frames: Vec<Frame>,
+    /// The stack table.
+    pub stacks: Stacks,
+    /// Top-level shape.
+    pub root: Root,
+    /// Segments of all devices.
+    pub segments: Vec<Segment>,
+    /// Per-device traces (index = device); `None` when the key is absent.
+    pub device_traces: Option<Vec<Trace>>,
+    /// `allocator_settings`, kept as written.
+    pub allocator_settings: Option<Value>,
+    /// `external_annotations`.
+    pub external_annotations: Option<Vec<Annotation>>,
+    /// `host_segments` (2.14+).
+    pub host_segments: Option<Vec<Segment>>,
+    /// `host_traces` (2.14+).
+    pub host_traces: Option<Trace>,
+    /// Unknown top-level keys, in file order.
+    pub extras: Vec<(StrId, Value)>,
+}
+
+impl Default for Snapshot {
+    fn default() -> Self {
+        Snapshot {
+            strings: Strings::default(),
+            frames: Vec::new(),
+            stacks: Stacks::default(),
+            root: Root::Dict,
+            segments: Vec::new(),
+            device_traces: Some(Vec::new()),
+            allocator_settings: None,
+            external_annotations: None,
+            host_segments: None,
+            host_traces: None,
+            extras: Vec::new(),
+        }
+    }
+}
+
+impl Snapshot {
+    /// The text of an interned string.
+    pub fn str(&self, id: StrId) -> &str {
+        self.strings.get(id)
+    }
+
+    /// The frames of a stack, innermost first.
+    pub fn stack(&self, id: StackId) -> impl Iterator<Item = &Frame> + '_ {
+        self.stacks.get(id).iter().filter_map(|f| self.frames.get(f.0 as usize))
+    }
+
+    /// The trace of `device` (empty when there is none).
+    pub fn trace(&self, device: usize) -> &Trace {
+        static EMPTY: std::sync::OnceLock<Trace> = std::sync::OnceLock::new();
+        self.device_traces
+            .as_ref()
+            .and_then(|t| t.get(device))
+            .unwrap_or_else(|| EMPTY.get_or_init(Trace::default))
+    }
+
+    /// Number of trace lists.
+    pub fn n_trace_lists(&self) -> usize {
+        self.device_traces.as_ref().map_or(0, Vec::len)
+    }
+
+    /// Devices worth showing: every device with trace entries or segments, ascending.
+    pub fn devices(&self) -> Vec<usize> {
+        let mut out: Vec<usize> = (0..self.n_trace_lists()).filter(|&d| !self.trace(d).is_empty()).collect();
+        out.extend(self.segments.iter().filter_map(|s| usize::try_from(s.device).ok()));
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    /// The device to open first: the one with the most trace entries, then the most
+    /// segments; `None` when nothing is recorded.
+    pub fn default_device(&self) -> Option<usize> {
+        self.devices().into_iter().max_by_key(|&d| {
+            let segs = self.segments.iter().filter(|s| s.device == d as i64).count();
+            (self.trace(d).len(), segs, std::cmp::Reverse(d))
+        })
+    }
+
+    /// Approximate heap bytes used by the model.
+    pub fn heap_bytes(&self) -> usize {
+        let segs = |v: &[Segment]| -> usize {
+            v.iter().map(|s| std::mem::size_of::<Segment>() + s.blocks.capacity() * std::mem::size_of::<Block>()).sum()
+        };
+        self.strings.heap_bytes()
+            + self.frames.capacity() * std::mem::size_of::<Frame>()
+            + self.stacks.heap_bytes()
+            + segs(&self.segments)
+            + self.host_segments.as_deref().map_or(0, segs)
+            + self.device_traces.iter().flatten().map(Trace::heap_bytes).sum::<usize>()
+            + self.host_traces.as_ref().map_or(0, Trace::heap_bytes)
+            + self.external_annotations.as_ref().map_or(0, |a| a.capacity() * std::mem::size_of::<Annotation>())
+    }
+}

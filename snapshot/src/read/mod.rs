@@ -1,0 +1,468 @@
+//! The reader: bytes in (whole or in chunks), a [`Snapshot`] out.
+//!
+//! The format is chosen by content: a raw pickle (protocols 0 to 5), a gzip stream holding
+//! one, JSON, or an HTML page written by `_memory_viz.py` (base64 pickle in `local_files`).
+
+mod build;
+mod vm;
+
+use std::io::Write as _;
+
+use base64::Engine as _;
+
+pub use vm::Limits;
+
+use crate::error::{ErrorKind, ReadError, Warning};
+use crate::model::Snapshot;
+use vm::{Kind, PVal, Vm};
+
+/// The container format a snapshot was read from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// A raw pickle of this protocol (`None` for protocols 0 and 1, which have no PROTO).
+    Pickle(Option<u8>),
+    /// Gzip around another format.
+    Gzip(Box<Format>),
+    /// A JSON document.
+    Json,
+    /// An HTML page from `_memory_viz.py` around another format.
+    Html(Box<Format>),
+}
+
+/// A snapshot read successfully, with what was odd about it.
+#[derive(Debug)]
+pub struct Loaded {
+    /// The model.
+    pub snapshot: Snapshot,
+    /// Tolerated oddities (unknown keys, trailing bytes, ...).
+    pub warnings: Vec<Warning>,
+    /// What the bytes were.
+    pub format: Format,
+    /// Peak working memory of the reader, in bytes (approximate).
+    pub reader_memory_bytes: u64,
+}
+
+/// Reads a whole snapshot from memory.
+pub fn read(bytes: &[u8]) -> Result<Loaded, ReadError> {
+    let mut l = Loader::new(Limits::default());
+    l.feed(bytes)?;
+    l.finish()
+}
+
+/// An incremental reader: feed it chunks in order, then call [`Loader::finish`].
+pub struct Loader {
+    state: State,
+    consumed: u64,
+    limits: Limits,
+    nested: bool,
+}
+
+enum State {
+    Detect(Vec<u8>),
+    Pickle(Box<PickleState>),
+    Gzip(Box<flate2::write::GzDecoder<Sink>>),
+    Buffer(Buffered, Vec<u8>),
+    Failed,
+}
+
+#[derive(Clone, Copy)]
+enum Buffered {
+    Json,
+    Html,
+}
+
+struct PickleState {
+    vm: Vm,
+    buf: Vec<u8>,
+    base: u64,
+    trailing: u64,
+    trailing_non_nul: u64,
+}
+
+struct Sink {
+    inner: Loader,
+    error: Option<ReadError>,
+}
+
+impl std::io::Write for Sink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.error.is_some() {
+            return Err(std::io::Error::other("stopped"));
+        }
+        match self.inner.feed(buf) {
+            Ok(()) => Ok(buf.len()),
+            Err(e) => {
+                self.error = Some(e);
+                Err(std::io::Error::other("stopped"))
+            }
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Loader {
+    /// A loader with these limits.
+    pub fn new(limits: Limits) -> Self {
+        Loader { state: State::Detect(Vec::new()), consumed: 0, limits, nested: false }
+    }
+
+    /// Bytes fed so far (of the outer file, before decompression).
+    pub fn bytes_consumed(&self) -> u64 {
+        self.consumed
+    }
+
+    /// Feeds the next chunk. After an error the loader refuses further input.
+    pub fn feed(&mut self, chunk: &[u8]) -> Result<(), ReadError> {
+        let r = self.feed_inner(chunk);
+        if r.is_err() {
+            self.state = State::Failed;
+        }
+        r
+    }
+
+    fn feed_inner(&mut self, chunk: &[u8]) -> Result<(), ReadError> {
+        self.consumed += chunk.len() as u64;
+        match &mut self.state {
+            State::Detect(prefix) => {
+                prefix.extend_from_slice(chunk);
+                if let Some(next) = detect(prefix, false, self.nested, self.limits)? {
+                    let prefix = std::mem::take(prefix);
+                    self.state = next;
+                    self.consumed -= prefix.len() as u64;
+                    return self.feed_inner(&prefix);
+                }
+                Ok(())
+            }
+            State::Pickle(p) => p.feed(chunk),
+            State::Gzip(dec) => match dec.write_all(chunk) {
+                Ok(()) => Ok(()),
+                Err(e) => Err(gzip_error(dec.get_mut(), e, self.consumed)),
+            },
+            State::Buffer(_, data) => {
+                if data.len() as u64 + chunk.len() as u64 > self.limits.max_string_bytes {
+                    return Err(ReadError::new(
+                        ErrorKind::TooLarge,
+                        format!(
+                            "JSON and HTML snapshots are read whole, and this one is over {} MiB",
+                            self.limits.max_string_bytes >> 20
+                        ),
+                    ));
+                }
+                data.extend_from_slice(chunk);
+                Ok(())
+            }
+            State::Failed => Err(ReadError::new(ErrorKind::Malformed, "the reader already failed")),
+        }
+    }
+
+    /// Ends the input and builds the model.
+    pub fn finish(mut self) -> Result<Loaded, ReadError> {
+        let state = std::mem::replace(&mut self.state, State::Failed);
+        match state {
+            State::Detect(prefix) => match detect(&prefix, true, self.nested, self.limits)? {
+                Some(next) => {
+                    self.state = next;
+                    self.consumed = 0;
+                    self.feed_inner(&prefix)?;
+                    self.finish()
+                }
+                None => Err(not_a_snapshot(&prefix)),
+            },
+            State::Pickle(p) => p.finish(),
+            State::Gzip(mut dec) => {
+                let consumed = self.consumed;
+                if let Err(e) = dec.try_finish() {
+                    return Err(gzip_error(dec.get_mut(), e, consumed));
+                }
+                let sink = match dec.finish() {
+                    Ok(s) => s,
+                    Err(e) => return Err(gzip_error(&mut Sink { inner: Loader::new(self.limits), error: None }, e, consumed)),
+                };
+                if let Some(e) = sink.error {
+                    return Err(e.layer("gzip payload"));
+                }
+                let mut loaded = sink.inner.finish().map_err(|e| e.layer("gzip payload"))?;
+                loaded.format = Format::Gzip(Box::new(loaded.format));
+                Ok(loaded)
+            }
+            State::Buffer(Buffered::Json, data) => read_json(&data, self.limits),
+            State::Buffer(Buffered::Html, data) => read_html(&data, self.limits),
+            State::Failed => Err(ReadError::new(ErrorKind::Malformed, "the reader already failed")),
+        }
+    }
+}
+
+fn gzip_error(sink: &mut Sink, e: std::io::Error, consumed: u64) -> ReadError {
+    match sink.error.take() {
+        Some(inner) => inner.layer("gzip payload"),
+        None => ReadError::new(ErrorKind::Malformed, format!("corrupt gzip data ({e})")).at(consumed),
+    }
+}
+
+/// Chooses a reader from the first bytes; `None` while more bytes are needed.
+fn detect(prefix: &[u8], at_end: bool, nested: bool, limits: Limits) -> Result<Option<State>, ReadError> {
+    let body = prefix.strip_prefix(b"\xef\xbb\xbf").unwrap_or(prefix);
+    let start = body.iter().position(|b| !b.is_ascii_whitespace());
+    let Some(start) = start else {
+        if at_end {
+            let what = if prefix.is_empty() { "the file is empty" } else { "the file holds only whitespace" };
+            return Err(ReadError::new(ErrorKind::NotASnapshot, what));
+        }
+        return Ok(None);
+    };
+    let b = &body[start..];
+    let first = b[0];
+    if start == 0 && prefix.len() == body.len() {
+        if first == 0x80 || (matches!(first, b'}' | b']' | b'(') && !looks_like_text(b)) {
+            return Ok(Some(State::Pickle(Box::new(PickleState::new(limits)))));
+        }
+        if first == 0x1f {
+            if b.len() < 2 && !at_end {
+                return Ok(None);
+            }
+            if b.get(1) == Some(&0x8b) {
+                if nested {
+                    return Err(ReadError::new(ErrorKind::Unsupported, "gzip inside gzip"));
+                }
+                let mut inner = Loader::new(limits);
+                inner.nested = true;
+                let dec = flate2::write::GzDecoder::new(Sink { inner, error: None });
+                return Ok(Some(State::Gzip(Box::new(dec))));
+            }
+        }
+        if first == 0x28 && b.len() < 4 && !at_end {
+            return Ok(None);
+        }
+        if b.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+            return Err(ReadError::new(
+                ErrorKind::Unsupported,
+                "the file is zstd-compressed; decompress it first (zstd -d FILE)",
+            ));
+        }
+    }
+    match first {
+        b'{' | b'[' => Ok(Some(State::Buffer(Buffered::Json, Vec::new()))),
+        b'<' => Ok(Some(State::Buffer(Buffered::Html, Vec::new()))),
+        _ => Err(not_a_snapshot(prefix)),
+    }
+}
+
+fn looks_like_text(b: &[u8]) -> bool {
+    b.len() > 1 && b[1] == b'\n'
+}
+
+fn not_a_snapshot(prefix: &[u8]) -> ReadError {
+    let head: Vec<u8> = prefix.iter().copied().take(8).collect();
+    let hint = if head.starts_with(b"\x89PNG") {
+        " (it is a PNG image)"
+    } else if head.starts_with(b"PK\x03\x04") {
+        " (it is a zip archive, e.g. a torch.save checkpoint, not a memory snapshot)"
+    } else if head.starts_with(b"%PDF") {
+        " (it is a PDF document)"
+    } else {
+        ""
+    };
+    let hex: Vec<String> = head.iter().map(|b| format!("{b:02x}")).collect();
+    ReadError::new(
+        ErrorKind::NotASnapshot,
+        format!(
+            "not a memory snapshot{hint}: expected a pickle, gzip, JSON or a _memory_viz.py HTML page, but it starts with bytes {}",
+            hex.join(" ")
+        ),
+    )
+    .at(0)
+}
+
+impl PickleState {
+    fn new(limits: Limits) -> Self {
+        PickleState { vm: Vm::new(limits), buf: Vec::new(), base: 0, trailing: 0, trailing_non_nul: 0 }
+    }
+
+    fn feed(&mut self, chunk: &[u8]) -> Result<(), ReadError> {
+        if self.vm.finished() {
+            self.note_trailing(chunk);
+            return Ok(());
+        }
+        let rest: &[u8] = if self.buf.is_empty() {
+            let n = self.vm.run(chunk, self.base)?;
+            self.base += n as u64;
+            &chunk[n..]
+        } else {
+            self.buf.extend_from_slice(chunk);
+            let n = self.vm.run(&self.buf, self.base)?;
+            self.base += n as u64;
+            self.buf.drain(..n);
+            if self.vm.finished() {
+                let tail = std::mem::take(&mut self.buf);
+                self.note_trailing(&tail);
+            }
+            return Ok(());
+        };
+        if self.vm.finished() {
+            self.note_trailing(rest);
+        } else {
+            self.buf.extend_from_slice(rest);
+        }
+        Ok(())
+    }
+
+    fn note_trailing(&mut self, b: &[u8]) {
+        self.trailing += b.len() as u64;
+        self.trailing_non_nul += b.iter().filter(|&&c| c != 0).count() as u64;
+    }
+
+    fn finish(self) -> Result<Loaded, ReadError> {
+        if !self.vm.finished() {
+            let end = self.base + self.buf.len() as u64;
+            let msg = if self.buf.is_empty() {
+                format!("the pickle ends after {end} bytes, before its STOP opcode (truncated file?)")
+            } else {
+                format!(
+                    "the pickle ends after {end} bytes, in the middle of an opcode that starts at byte {} (truncated file?)",
+                    self.base
+                )
+            };
+            return Err(ReadError::new(ErrorKind::Truncated, msg).at(end));
+        }
+        let proto = self.vm.proto();
+        let mem = self.vm.memory_bytes();
+        let (snapshot, mut warnings) = build::build(self.vm)?;
+        if self.trailing_non_nul > 0 {
+            warnings.push(Warning {
+                message: format!("{} bytes after the pickle's STOP opcode were ignored", self.trailing),
+                count: 1,
+            });
+        }
+        Ok(Loaded { snapshot, warnings, format: Format::Pickle(proto), reader_memory_bytes: mem })
+    }
+}
+
+fn read_json(data: &[u8], limits: Limits) -> Result<Loaded, ReadError> {
+    let doc: serde_json::Value = serde_json::from_slice(data).map_err(|e| {
+        let mut err = ReadError::new(ErrorKind::Malformed, format!("invalid JSON: {e}"));
+        if let Some(off) = line_col_offset(data, e.line(), e.column()) {
+            err = err.at(off);
+        }
+        err
+    })?;
+    let mut vm = Vm::new(limits);
+    vm.offset_known = false;
+    let root = json_to_vm(&mut vm, &doc)?;
+    drop(doc);
+    vm.root = Some(root);
+    let mem = vm.memory_bytes();
+    let (snapshot, warnings) = build::build(vm)?;
+    Ok(Loaded { snapshot, warnings, format: Format::Json, reader_memory_bytes: mem })
+}
+
+fn line_col_offset(data: &[u8], line: usize, col: usize) -> Option<u64> {
+    if line == 0 {
+        return None;
+    }
+    let mut start = 0usize;
+    for _ in 1..line {
+        start += data[start..].iter().position(|&b| b == b'\n')? + 1;
+    }
+    Some((start + col.saturating_sub(1)) as u64)
+}
+
+fn json_to_vm(vm: &mut Vm, v: &serde_json::Value) -> Result<PVal, ReadError> {
+    use serde_json::Value as J;
+    Ok(match v {
+        J::Null => PVal::None,
+        J::Bool(b) => PVal::Bool(*b),
+        J::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                PVal::Int(i)
+            } else if let Some(u) = n.as_u64() {
+                let id = vm.bigs.len() as u32;
+                vm.bigs.push(i128::from(u));
+                PVal::Big(id)
+            } else {
+                PVal::Float(n.as_f64().unwrap_or(f64::NAN))
+            }
+        }
+        J::String(s) => PVal::Str(vm.strings.intern(s)),
+        J::Array(items) => {
+            let list = vm.new_obj(Kind::List, 0)?;
+            for it in items {
+                let x = json_to_vm(vm, it)?;
+                vm.append(list, x, 0)?;
+            }
+            list
+        }
+        J::Object(map) => {
+            let d = vm.new_obj(Kind::Dict, 0)?;
+            let mut kv = Vec::with_capacity(map.len() * 2);
+            for (k, x) in map {
+                kv.push(PVal::Str(vm.strings.intern(k)));
+                kv.push(json_to_vm(vm, x)?);
+            }
+            if let PVal::Obj(id, _) = d {
+                vm.objs[id as usize].items = kv;
+            }
+            d
+        }
+    })
+}
+
+fn read_html(data: &[u8], limits: Limits) -> Result<Loaded, ReadError> {
+    const MARKER: &[u8] = b"const local_files";
+    let html_err = |m: String| ReadError::new(ErrorKind::NotASnapshot, m);
+    let Some(at) = find(data, MARKER) else {
+        return Err(html_err(
+            "an HTML page without an embedded snapshot (no `const local_files = [...]` as written by _memory_viz.py)".into(),
+        ));
+    };
+    let after = &data[at + MARKER.len()..];
+    let eq = after.iter().position(|&b| b == b'=').filter(|&i| after[..i].iter().all(u8::is_ascii_whitespace));
+    let Some(eq) = eq else {
+        return Err(html_err("`const local_files` is not followed by `=`".into()).at(at as u64));
+    };
+    let json_start = at + MARKER.len() + eq + 1;
+    let mut stream = serde_json::Deserializer::from_slice(&data[json_start..]).into_iter::<serde_json::Value>();
+    let files = match stream.next() {
+        Some(Ok(v)) => v,
+        Some(Err(e)) => {
+            return Err(ReadError::new(ErrorKind::Malformed, format!("the `local_files` JSON is invalid: {e}"))
+                .at(json_start as u64))
+        }
+        None => return Err(html_err("`local_files` is empty".into()).at(json_start as u64)),
+    };
+    let entries = files.as_array().cloned().unwrap_or_default();
+    let Some(first) = entries.first() else {
+        return Err(html_err("`local_files` holds no snapshot".into()).at(json_start as u64));
+    };
+    let Some(b64) = first.get("base64").and_then(|b| b.as_str()) else {
+        return Err(ReadError::new(ErrorKind::Malformed, "`local_files[0]` has no `base64` string").at(json_start as u64));
+    };
+    let engine = base64::engine::GeneralPurpose::new(
+        &base64::alphabet::STANDARD,
+        base64::engine::GeneralPurposeConfig::new()
+            .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent)
+            .with_decode_allow_trailing_bits(true),
+    );
+    let cleaned: Vec<u8> = b64.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
+    let payload = engine
+        .decode(&cleaned)
+        .map_err(|e| ReadError::new(ErrorKind::Malformed, format!("`local_files[0].base64` is not valid base64: {e}")).at(json_start as u64))?;
+    let mut inner = Loader::new(limits);
+    inner.nested = true;
+    let layer = "HTML page's local_files[0]";
+    inner.feed(&payload).map_err(|e| e.layer(layer))?;
+    let mut loaded = inner.finish().map_err(|e| e.layer(layer))?;
+    if entries.len() > 1 {
+        loaded.warnings.push(Warning {
+            message: format!("the page embeds {} snapshots; the first was opened", entries.len()),
+            count: 1,
+        });
+    }
+    loaded.format = Format::Html(Box::new(loaded.format));
+    Ok(loaded)
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}

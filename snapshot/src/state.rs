@@ -1,0 +1,336 @@
+//! The allocator state (segments, blocks, pending frees) after any trace event.
+//!
+//! Like PyTorch's "Allocator State History", the state after event `i` is the final
+//! snapshot with every later event undone. Undoing is done once, from the end, and the
+//! state is saved every few thousand events; any event then opens from the nearest
+//! checkpoint instead of replaying the whole trace.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::model::{Action, BlockState, PoolId, Snapshot, StackId, Trace};
+
+#[derive(Clone, Debug)]
+struct Seg {
+    size: u64,
+    stream: i64,
+    pool: Option<PoolId>,
+    expandable: bool,
+}
+
+#[derive(Clone, Debug)]
+struct Blk {
+    size: u64,
+    requested: u64,
+    pending: bool,
+    stack: Option<StackId>,
+    entry: Option<u32>,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Live {
+    segs: BTreeMap<u64, Seg>,
+    blocks: BTreeMap<u64, Blk>,
+    reserved: u64,
+    allocated: u64,
+}
+
+#[derive(Clone, Debug)]
+struct Checkpoint {
+    segs: Vec<(u64, Seg)>,
+    blocks: Vec<(u64, Blk)>,
+    reserved: u64,
+    allocated: u64,
+}
+
+impl Live {
+    fn checkpoint(&self) -> Checkpoint {
+        Checkpoint {
+            segs: self.segs.iter().map(|(&a, s)| (a, s.clone())).collect(),
+            blocks: self.blocks.iter().map(|(&a, b)| (a, b.clone())).collect(),
+            reserved: self.reserved,
+            allocated: self.allocated,
+        }
+    }
+
+    fn restore(c: &Checkpoint) -> Live {
+        Live {
+            segs: c.segs.iter().cloned().collect(),
+            blocks: c.blocks.iter().cloned().collect(),
+            reserved: c.reserved,
+            allocated: c.allocated,
+        }
+    }
+
+    fn insert_block(&mut self, addr: u64, b: Blk) {
+        self.allocated += b.requested;
+        if let Some(old) = self.blocks.insert(addr, b) {
+            self.allocated -= old.requested;
+        }
+    }
+
+    fn insert_seg(&mut self, addr: u64, s: Seg) {
+        self.reserved += s.size;
+        if let Some(old) = self.segs.insert(addr, s) {
+            self.reserved -= old.size;
+        }
+    }
+
+    /// Undoes entry `i`: the state after it becomes the state before it.
+    fn undo(&mut self, t: &Trace, i: usize) {
+        let (addr, size) = (t.addr(i), t.size(i));
+        match t.action(i) {
+            Action::Alloc => {
+                if let Some(b) = self.blocks.remove(&addr) {
+                    self.allocated -= b.requested;
+                }
+            }
+            Action::Free | Action::FreeCompleted => {
+                let pending = t.action(i) == Action::FreeCompleted;
+                let b = Blk { size, requested: size, pending, stack: t.frames(i), entry: None };
+                self.insert_block(addr, b);
+            }
+            Action::FreeRequested => {
+                if let Some(b) = self.blocks.get_mut(&addr) {
+                    b.pending = false;
+                }
+            }
+            Action::SegmentFree => {
+                let s = Seg { size, stream: t.stream(i), pool: t.pool_id(i), expandable: false };
+                self.insert_seg(addr, s);
+            }
+            Action::SegmentUnmap => {
+                let stream = t.stream(i);
+                let (mut start, mut len) = (addr, size);
+                // Merge with address-adjacent segments on the same stream.
+                if let Some((&a, s)) = self.segs.range(..addr).next_back() {
+                    if a + s.size == addr && s.stream == stream {
+                        start = a;
+                        len += s.size;
+                        self.reserved -= s.size;
+                        self.segs.remove(&a);
+                    }
+                }
+                if let Some(s) = self.segs.get(&(addr + size)).cloned() {
+                    if s.stream == stream {
+                        len += s.size;
+                        self.reserved -= s.size;
+                        self.segs.remove(&(addr + size));
+                    }
+                }
+                self.insert_seg(start, Seg { size: len, stream, pool: t.pool_id(i), expandable: true });
+            }
+            Action::SegmentAlloc => {
+                if let Some(s) = self.segs.remove(&addr) {
+                    self.reserved -= s.size;
+                }
+            }
+            Action::SegmentMap => {
+                let found = self.segs.range(..=addr).next_back().map(|(&a, s)| (a, s.clone()));
+                if let Some((a, s)) = found {
+                    let (end, s_end) = (addr.saturating_add(size), a + s.size);
+                    if addr < s_end {
+                        self.segs.remove(&a);
+                        self.reserved -= s.size;
+                        if addr > a {
+                            self.insert_seg(a, Seg { size: addr - a, ..s.clone() });
+                        }
+                        if s_end > end {
+                            self.insert_seg(end, Seg { size: s_end - end, ..s });
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Checkpoints of the allocator state of one device.
+#[derive(Clone, Debug)]
+pub struct StateIndex {
+    device: usize,
+    n_entries: usize,
+    every: usize,
+    /// `checkpoints[k]` is the state after entry `min((k + 1) * every, n) - 1`.
+    checkpoints: Vec<Checkpoint>,
+    initial: Checkpoint,
+    totals: Vec<(u64, u64)>,
+}
+
+/// The allocator state at one point.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct AllocatorState {
+    /// The entry this is the state after (`None`: before the first entry).
+    pub after_entry: Option<u32>,
+    /// Σ segment sizes.
+    pub reserved_bytes: u64,
+    /// Σ requested bytes of allocated and pending-free blocks.
+    pub allocated_bytes: u64,
+    /// Segments in address order.
+    pub segments: Vec<SegmentState>,
+    /// Blocks that lie in no segment (only in inconsistent traces).
+    pub orphan_blocks: Vec<BlockView>,
+}
+
+/// One segment and its live blocks.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SegmentState {
+    /// Start address.
+    pub address: u64,
+    /// Bytes reserved.
+    pub size: u64,
+    /// Stream handle.
+    pub stream: i64,
+    /// Private pool, when known.
+    pub pool: Option<PoolId>,
+    /// Whether it belongs to an expandable segment.
+    pub expandable: bool,
+    /// Live blocks (allocated or pending free), in address order.
+    pub blocks: Vec<BlockView>,
+    /// Σ (size − requested) of its blocks: lost to rounding.
+    pub internal_free_bytes: u64,
+    /// size − Σ block sizes: cached, free.
+    pub external_free_bytes: u64,
+}
+
+/// One live block.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct BlockView {
+    /// Address.
+    pub address: u64,
+    /// Rounded size.
+    pub size: u64,
+    /// Requested size.
+    pub requested_size: u64,
+    /// Freed but waiting for another stream.
+    pub pending_free: bool,
+    /// Allocation stack.
+    pub stack: Option<StackId>,
+}
+
+impl StateIndex {
+    /// Undoes the whole trace of `device` once, keeping checkpoints.
+    pub fn build(snap: &Snapshot, device: usize) -> StateIndex {
+        let t = snap.trace(device);
+        let n = t.len();
+        let every = (n / 128).max(1024);
+        let mut live = Live::default();
+        for s in snap.segments.iter().filter(|s| s.device == device as i64) {
+            let seg = Seg {
+                size: s.total_size,
+                stream: s.stream,
+                pool: s.segment_pool_id,
+                expandable: s.is_expandable == Some(true),
+            };
+            live.insert_seg(s.address, seg);
+            for (b, addr) in s.blocks.iter().zip(s.block_addresses()) {
+                let pending = match b.state {
+                    BlockState::ActiveAllocated => false,
+                    BlockState::ActivePendingFree => true,
+                    _ => continue,
+                };
+                let blk = Blk { size: b.size, requested: b.requested_bytes(), pending, stack: b.stack(), entry: None };
+                live.insert_block(addr, blk);
+            }
+        }
+        let n_cp = n.div_ceil(every);
+        let mut checkpoints: Vec<Option<Checkpoint>> = vec![None; n_cp];
+        let mut totals = vec![(0u64, 0u64); n];
+        for i in (0..n).rev() {
+            totals[i] = (live.reserved, live.allocated);
+            if i + 1 == n || (i + 1) % every == 0 {
+                checkpoints[i / every] = Some(live.checkpoint());
+            }
+            live.undo(t, i);
+        }
+        StateIndex {
+            device,
+            n_entries: n,
+            every,
+            checkpoints: checkpoints.into_iter().flatten().collect(),
+            initial: live.checkpoint(),
+            totals,
+        }
+    }
+
+    /// The device.
+    pub fn device(&self) -> usize {
+        self.device
+    }
+
+    /// (reserved, allocated) bytes after each entry.
+    pub fn totals(&self) -> &[(u64, u64)] {
+        &self.totals
+    }
+
+    /// The state after `entry` (`None`: before the first entry). Entries past the end give
+    /// the final state.
+    pub fn state_after(&self, snap: &Snapshot, entry: Option<usize>) -> AllocatorState {
+        let t = snap.trace(self.device);
+        let live = match entry {
+            None => Live::restore(&self.initial),
+            Some(_) if self.n_entries == 0 => Live::restore(&self.initial),
+            Some(i) => {
+                let i = i.min(self.n_entries - 1);
+                let k = i / self.every;
+                let cp_entry = ((k + 1) * self.every).min(self.n_entries) - 1;
+                let mut live = Live::restore(&self.checkpoints[k]);
+                for j in (i + 1..=cp_entry).rev() {
+                    live.undo(t, j);
+                }
+                live
+            }
+        };
+        view(live, entry.map(|i| i.min(self.n_entries.saturating_sub(1)) as u32))
+    }
+}
+
+fn view(live: Live, after_entry: Option<u32>) -> AllocatorState {
+    let mut segments: Vec<SegmentState> = live
+        .segs
+        .iter()
+        .map(|(&address, s)| SegmentState {
+            address,
+            size: s.size,
+            stream: s.stream,
+            pool: s.pool,
+            expandable: s.expandable,
+            blocks: Vec::new(),
+            internal_free_bytes: 0,
+            external_free_bytes: s.size,
+        })
+        .collect();
+    let mut orphan_blocks = Vec::new();
+    for (&address, b) in &live.blocks {
+        let bv = BlockView { address, size: b.size, requested_size: b.requested, pending_free: b.pending, stack: b.stack };
+        let k = segments.partition_point(|s| s.address <= address);
+        match k.checked_sub(1).map(|k| &mut segments[k]) {
+            Some(s) if address < s.address + s.size => {
+                s.internal_free_bytes += b.size.saturating_sub(b.requested);
+                s.external_free_bytes = s.external_free_bytes.saturating_sub(b.size);
+                s.blocks.push(bv);
+            }
+            _ => orphan_blocks.push(bv),
+        }
+        let _ = b.entry;
+    }
+    AllocatorState { after_entry, reserved_bytes: live.reserved, allocated_bytes: live.allocated, segments, orphan_blocks }
+}
+
+/// Events as PyTorch's viewer lists them: a `free_requested` immediately followed by the
+/// `free_completed` of the same address is one event. Returns, per event, its last entry.
+pub fn merged_events(t: &Trace) -> Vec<u32> {
+    let mut out = Vec::with_capacity(t.len());
+    let mut i = 0;
+    while i < t.len() {
+        let merged = t.action(i) == Action::FreeRequested
+            && i + 1 < t.len()
+            && t.action(i + 1) == Action::FreeCompleted
+            && t.addr(i + 1) == t.addr(i);
+        i += if merged { 2 } else { 1 };
+        out.push(i as u32 - 1);
+    }
+    out
+}

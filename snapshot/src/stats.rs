@@ -1,0 +1,133 @@
+//! The statistics of `_memory_viz.py stats` (segsum) and a per-device summary.
+
+use serde::Serialize;
+
+use crate::model::{Block, BlockState, Snapshot};
+use crate::timeline::{Timeline, TimelineKind};
+
+/// Whole-snapshot figures, as `_memory_viz.py stats` computes them, plus one entry per device.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Summary {
+    /// Number of segments (all devices).
+    pub segments: u64,
+    /// Σ `total_size` of all segments.
+    pub total_reserved: u64,
+    /// Σ requested bytes of `active_allocated` blocks.
+    pub total_allocated: u64,
+    /// Σ (size − requested) of `active_allocated` blocks (rounding).
+    pub free_internal: i64,
+    /// Σ size of every other block (`inactive`, and `active_pending_free` as segsum counts it).
+    pub free_external: u64,
+    /// One entry per device with trace entries or segments.
+    pub devices: Vec<DeviceSummary>,
+}
+
+/// Figures for one device.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct DeviceSummary {
+    /// Device ordinal.
+    pub device: u64,
+    /// Entries in its trace.
+    pub trace_entries: u64,
+    /// Σ `total_size` of its segments.
+    pub reserved_bytes: u64,
+    /// The Active Memory Timeline.
+    pub timeline: TimelineSummary,
+    /// The reserved-memory (segment) timeline.
+    pub segment_timeline: TimelineSummary,
+}
+
+/// Figures of one timeline.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct TimelineSummary {
+    /// Distinct allocation records.
+    pub elements: u64,
+    /// Highest total of live bytes.
+    pub peak_bytes: u64,
+    /// Live bytes after the last event.
+    pub final_bytes: u64,
+    /// Elements alive before the first event (unmatched frees and snapshot-only blocks).
+    pub initially_allocated: u64,
+    /// Frees whose allocation was not recorded.
+    pub unmatched_frees: u64,
+    /// Allocations known only from the final snapshot.
+    pub snapshot_only: u64,
+    /// Alloc and free steps.
+    pub actions: u64,
+}
+
+impl TimelineSummary {
+    /// Summarises a laid-out timeline.
+    pub fn of(t: &Timeline) -> Self {
+        TimelineSummary {
+            elements: t.elements().len() as u64,
+            peak_bytes: t.peak_bytes(),
+            final_bytes: t.final_bytes(),
+            initially_allocated: t.n_initial() as u64,
+            unmatched_frees: t.n_unmatched_frees() as u64,
+            snapshot_only: t.n_snapshot_only() as u64,
+            actions: t.n_actions() as u64,
+        }
+    }
+}
+
+/// Bytes segsum counts as allocated for an `active_allocated` block: `requested_size` for
+/// blocks with `frames`; for 2.0 blocks the first history record's `real_size`, else
+/// `requested_size`, else `size`.
+pub fn segsum_allocated(b: &Block) -> u64 {
+    if b.frames.is_some() {
+        return b.requested_size.unwrap_or(b.size);
+    }
+    match b.history.as_ref() {
+        Some(h) => h.first().map_or(b.requested_size.unwrap_or(b.size), |h| h.real_size),
+        None => b.requested_size.unwrap_or(b.size),
+    }
+}
+
+/// Computes the summary. Timelines are laid out for every device.
+pub fn summary(snap: &Snapshot) -> Summary {
+    let mut s = Summary {
+        segments: snap.segments.len() as u64,
+        total_reserved: 0,
+        total_allocated: 0,
+        free_internal: 0,
+        free_external: 0,
+        devices: Vec::new(),
+    };
+    for seg in &snap.segments {
+        s.total_reserved += seg.total_size;
+        for b in &seg.blocks {
+            if b.state == BlockState::ActiveAllocated {
+                let a = segsum_allocated(b);
+                s.total_allocated += a;
+                s.free_internal += b.size as i64 - a as i64;
+            } else {
+                s.free_external += b.size;
+            }
+        }
+    }
+    for d in snap.devices() {
+        let blocks = Timeline::build(snap, d, TimelineKind::Blocks);
+        let segs = Timeline::build(snap, d, TimelineKind::Segments);
+        s.devices.push(DeviceSummary {
+            device: d as u64,
+            trace_entries: snap.trace(d).len() as u64,
+            reserved_bytes: snap.segments.iter().filter(|g| g.device == d as i64).map(|g| g.total_size).sum(),
+            timeline: TimelineSummary::of(&blocks),
+            segment_timeline: TimelineSummary::of(&segs),
+        });
+    }
+    s
+}
+
+/// Formats bytes as PyTorch does (`1.5GiB`).
+pub fn format_size(bytes: i128) -> String {
+    let mut num = bytes as f64;
+    for unit in ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "Zi"] {
+        if num.abs() < 1024.0 {
+            return format!("{num:.1}{unit}B");
+        }
+        num /= 1024.0;
+    }
+    format!("{num:.1}YiB")
+}

@@ -1,0 +1,603 @@
+//! A deterministic generator of realistic snapshots of any size.
+//!
+//! A simulated CUDA caching allocator (small and large pools, 512-byte rounding, best-fit
+//! block reuse with splitting and merging, cudaMalloc of 2 MiB / 20 MiB / rounded segments,
+//! cache release and retry before an OOM, frees pending on another stream) runs under a
+//! simulated training loop: parameters allocated before recording began, activations kept
+//! from forward to backward, gradients, AdamW state created at the first step, temporaries,
+//! and `record_function` annotations. Stacks come from a pool of Python and C++ frames.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::intern::StrId;
+use crate::model::{Action, Annotation, Block, BlockState, Entry, Frame, FrameId, Segment, Snapshot, StackId, Trace};
+use crate::value::Value;
+
+/// What to generate.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Seed of the pseudo-random generator: the same options give the same snapshot.
+    pub seed: u64,
+    /// Stop after about this many trace entries (all devices together).
+    pub target_entries: usize,
+    /// Number of devices.
+    pub devices: usize,
+    /// Transformer layers of the simulated model.
+    pub layers: usize,
+    /// Hidden size.
+    pub hidden: u64,
+    /// Tokens per batch.
+    pub tokens: u64,
+    /// Device memory in bytes.
+    pub capacity_bytes: u64,
+    /// End with an allocation that does not fit (an `oom` entry).
+    pub oom: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            seed: 1,
+            target_entries: 10_000,
+            devices: 1,
+            layers: 12,
+            hidden: 1024,
+            tokens: 4096,
+            capacity_bytes: 80 << 30,
+            oom: false,
+        }
+    }
+}
+
+impl Options {
+    /// Options for a pickle of about `bytes` bytes (written with [`crate::write`]).
+    pub fn for_bytes(bytes: u64) -> Self {
+        Options { target_entries: (bytes / 104).max(100) as usize, ..Default::default() }
+    }
+}
+
+/// A small, fast, deterministic PRNG (splitmix64).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        if n == 0 {
+            0
+        } else {
+            self.next() % n
+        }
+    }
+}
+
+const SMALL_SIZE: u64 = 1 << 20;
+const SMALL_BUFFER: u64 = 2 << 20;
+const LARGE_BUFFER: u64 = 20 << 20;
+const MIN_LARGE_ALLOC: u64 = 10 << 20;
+const ROUND_LARGE: u64 = 2 << 20;
+const MIN_BLOCK: u64 = 512;
+const STREAM: i64 = 0;
+
+#[derive(Clone, Debug)]
+struct SimBlock {
+    size: u64,
+    requested: u64,
+    allocated: bool,
+    pending: bool,
+    stack: Option<StackId>,
+}
+
+#[derive(Debug)]
+struct SimSegment {
+    size: u64,
+    small: bool,
+    stack: StackId,
+    blocks: BTreeMap<u64, SimBlock>,
+}
+
+/// The simulated allocator of one device.
+struct Allocator {
+    device: usize,
+    capacity: u64,
+    next_addr: u64,
+    reserved: u64,
+    segments: BTreeMap<u64, SimSegment>,
+    free_small: BTreeSet<(u64, u64)>,
+    free_large: BTreeSet<(u64, u64)>,
+    pending: Vec<u64>,
+    trace: Trace,
+    recording: bool,
+    time_us: i64,
+}
+
+impl Allocator {
+    fn new(device: usize, capacity: u64, t0: i64) -> Self {
+        Allocator {
+            device,
+            capacity,
+            next_addr: 0x7f00_0000_0000 + ((device as u64) << 40),
+            reserved: 0,
+            segments: BTreeMap::new(),
+            free_small: BTreeSet::new(),
+            free_large: BTreeSet::new(),
+            pending: Vec::new(),
+            trace: Trace::default(),
+            recording: false,
+            time_us: t0,
+        }
+    }
+
+    fn record(&mut self, action: Action, addr: Option<u64>, size: u64, stack: Option<StackId>, rng: &mut Rng) {
+        self.time_us += 1 + rng.below(40) as i64;
+        if !self.recording {
+            return;
+        }
+        let mut e = Entry::new(action, addr.unwrap_or(0), size, STREAM);
+        e.addr = addr;
+        e.time_us = Some(self.time_us);
+        e.frames = stack;
+        if action == Action::Oom {
+            e.device_free = Some(self.capacity - self.reserved);
+        }
+        self.trace.push(&e);
+    }
+
+    fn round(size: u64) -> u64 {
+        size.max(1).div_ceil(MIN_BLOCK) * MIN_BLOCK
+    }
+
+    fn free_set(&mut self, small: bool) -> &mut BTreeSet<(u64, u64)> {
+        if small {
+            &mut self.free_small
+        } else {
+            &mut self.free_large
+        }
+    }
+
+    fn seg_of(&self, addr: u64) -> Option<u64> {
+        self.segments.range(..=addr).next_back().map(|(&a, _)| a)
+    }
+
+    fn malloc(&mut self, requested: u64, stack: StackId, rng: &mut Rng) -> Option<u64> {
+        let size = Self::round(requested);
+        let small = size <= SMALL_SIZE;
+        let found = self.free_set(small).range((size, 0)..).next().copied();
+        let (bsize, addr) = match found {
+            Some(f) => f,
+            None => {
+                let seg_size = if small {
+                    SMALL_BUFFER
+                } else if size < MIN_LARGE_ALLOC {
+                    LARGE_BUFFER
+                } else {
+                    size.div_ceil(ROUND_LARGE) * ROUND_LARGE
+                };
+                if self.reserved + seg_size > self.capacity {
+                    self.release_cached(stack, rng);
+                }
+                if self.reserved + seg_size > self.capacity {
+                    self.record(Action::Oom, None, size, Some(stack), rng);
+                    return None;
+                }
+                let addr = self.next_addr;
+                self.next_addr += seg_size.div_ceil(ROUND_LARGE) * ROUND_LARGE;
+                self.reserved += seg_size;
+                let mut blocks = BTreeMap::new();
+                blocks.insert(addr, SimBlock { size: seg_size, requested: 0, allocated: false, pending: false, stack: None });
+                self.segments.insert(addr, SimSegment { size: seg_size, small, stack, blocks });
+                self.record(Action::SegmentAlloc, Some(addr), seg_size, Some(stack), rng);
+                self.free_set(small).insert((seg_size, addr));
+                (seg_size, addr)
+            }
+        };
+        self.free_set(small).remove(&(bsize, addr));
+        let seg_addr = self.seg_of(addr)?;
+        let seg = self.segments.get_mut(&seg_addr)?;
+        let remaining = bsize - size;
+        let split = if small { remaining >= MIN_BLOCK } else { remaining > SMALL_SIZE };
+        let used = if split { size } else { bsize };
+        seg.blocks.insert(addr, SimBlock { size: used, requested, allocated: true, pending: false, stack: Some(stack) });
+        if split {
+            seg.blocks.insert(addr + size, SimBlock { size: remaining, requested: 0, allocated: false, pending: false, stack: None });
+            self.free_set(small).insert((remaining, addr + size));
+        }
+        self.record(Action::Alloc, Some(addr), requested, Some(stack), rng);
+        Some(addr)
+    }
+
+    /// Frees a block; with `side_stream` the block waits for another stream first.
+    fn free(&mut self, addr: u64, side_stream: bool, rng: &mut Rng) {
+        let Some(seg_addr) = self.seg_of(addr) else { return };
+        let Some(b) = self.segments.get_mut(&seg_addr).and_then(|s| s.blocks.get_mut(&addr)) else { return };
+        let (req, stack) = (b.requested, b.stack);
+        self.record(Action::FreeRequested, Some(addr), req, stack, rng);
+        if side_stream {
+            if let Some(b) = self.segments.get_mut(&seg_addr).and_then(|s| s.blocks.get_mut(&addr)) {
+                b.pending = true;
+            }
+            self.pending.push(addr);
+        } else {
+            self.complete_free(addr, rng);
+        }
+    }
+
+    fn complete_free(&mut self, addr: u64, rng: &mut Rng) {
+        let Some(seg_addr) = self.seg_of(addr) else { return };
+        let Some(seg) = self.segments.get_mut(&seg_addr) else { return };
+        let small = seg.small;
+        let Some(b) = seg.blocks.get(&addr).cloned() else { return };
+        let mut start = addr;
+        let mut size = b.size;
+        let mut merged = Vec::new();
+        if let Some((&pa, p)) = seg.blocks.range(..addr).next_back() {
+            if !p.allocated {
+                merged.push((p.size, pa));
+                start = pa;
+                size += p.size;
+            }
+        }
+        if let Some((&na, n)) = seg.blocks.range(addr + 1..).next() {
+            if !n.allocated {
+                merged.push((n.size, na));
+                size += n.size;
+            }
+        }
+        for &(_, a) in &merged {
+            seg.blocks.remove(&a);
+        }
+        seg.blocks.remove(&addr);
+        seg.blocks.insert(start, SimBlock { size, requested: 0, allocated: false, pending: false, stack: None });
+        for m in merged {
+            self.free_set(small).remove(&m);
+        }
+        self.free_set(small).insert((size, start));
+        self.record(Action::FreeCompleted, Some(addr), b.requested, b.stack, rng);
+    }
+
+    fn process_pending(&mut self, rng: &mut Rng) {
+        let done: Vec<u64> = self.pending.drain(..).collect();
+        for a in done {
+            self.complete_free(a, rng);
+        }
+    }
+
+    /// `empty_cache`: returns every wholly free segment to the device.
+    fn release_cached(&mut self, stack: StackId, rng: &mut Rng) {
+        let empty: Vec<(u64, u64, bool)> = self
+            .segments
+            .iter()
+            .filter(|(_, s)| s.blocks.len() == 1 && s.blocks.values().all(|b| !b.allocated))
+            .map(|(&a, s)| (a, s.size, s.small))
+            .collect();
+        for (a, size, small) in empty {
+            self.segments.remove(&a);
+            self.free_set(small).remove(&(size, a));
+            self.reserved -= size;
+            self.record(Action::SegmentFree, Some(a), size, Some(stack), rng);
+        }
+    }
+
+    fn segments(&self, empty: StackId, segment_type: (StrId, StrId)) -> Vec<Segment> {
+        self.segments
+            .iter()
+            .map(|(&address, s)| {
+                let blocks: Vec<Block> = s
+                    .blocks
+                    .iter()
+                    .map(|(&a, b)| Block {
+                        address: Some(a),
+                        size: b.size,
+                        requested_size: Some(b.requested),
+                        state: match (b.allocated, b.pending) {
+                            (true, true) => BlockState::ActivePendingFree,
+                            (true, false) => BlockState::ActiveAllocated,
+                            _ => BlockState::Inactive,
+                        },
+                        frames: Some(b.stack.filter(|_| b.allocated).unwrap_or(empty)),
+                        history: None,
+                        extras: Vec::new(),
+                    })
+                    .collect();
+                let allocated: u64 = blocks.iter().filter(|b| b.state == BlockState::ActiveAllocated).map(|b| b.size).sum();
+                let active: u64 = blocks.iter().filter(|b| b.state != BlockState::Inactive).map(|b| b.size).sum();
+                let requested: u64 = blocks.iter().filter(|b| b.state != BlockState::Inactive).filter_map(|b| b.requested_size).sum();
+                Segment {
+                    device: self.device as i64,
+                    address,
+                    total_size: s.size,
+                    allocated_size: Some(allocated),
+                    active_size: Some(active),
+                    requested_size: Some(requested),
+                    stream: STREAM,
+                    segment_type: Some(if s.small { segment_type.0 } else { segment_type.1 }),
+                    segment_pool_id: Some((0, 0)),
+                    is_expandable: Some(false),
+                    frames: Some(s.stack),
+                    blocks,
+                    extras: Vec::new(),
+                }
+            })
+            .collect()
+    }
+}
+
+/// Builds stacks from a realistic pool of frames.
+struct StackPool<'a> {
+    snap: &'a mut Snapshot,
+}
+
+impl StackPool<'_> {
+    fn frame(&mut self, filename: &str, line: i64, name: &str) -> FrameId {
+        let f = Frame {
+            name: self.snap.strings.intern(name),
+            filename: self.snap.strings.intern(filename),
+            line,
+            extras: Vec::new(),
+        };
+        self.snap.frames.push(f);
+        FrameId(self.snap.frames.len() as u32 - 1)
+    }
+
+    fn stack(&mut self, frames: &[FrameId]) -> StackId {
+        self.snap.stacks.push(frames)
+    }
+}
+
+/// The call sites of the simulated program, each with its own stack.
+struct Sites {
+    empty: StackId,
+    param: Vec<StackId>,
+    act: Vec<StackId>,
+    temp: Vec<StackId>,
+    grad: Vec<StackId>,
+    optim_state: StackId,
+    optim_temp: StackId,
+    loss: StackId,
+    input: StackId,
+}
+
+fn sites(snap: &mut Snapshot, layers: usize) -> Sites {
+    let mut p = StackPool { snap };
+    let main = p.frame("train.py", 412, "<module>");
+    let train = p.frame("train.py", 377, "main");
+    let step = p.frame("train.py", 301, "train_step");
+    let call = p.frame("/usr/lib/python3.11/site-packages/torch/nn/modules/module.py", 1750, "_call_impl");
+    let wcall = p.frame("/usr/lib/python3.11/site-packages/torch/nn/modules/module.py", 1739, "_wrapped_call_impl");
+    let model_fwd = p.frame("model.py", 188, "forward");
+    let cpp = [
+        p.frame("??", 0, "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(signed char, unsigned long, CUstream_st*)"),
+        p.frame("??", 0, "at::native::empty_cuda(c10::ArrayRef<long>, std::optional<c10::ScalarType>, std::optional<c10::Layout>, std::optional<c10::Device>, std::optional<bool>, std::optional<c10::MemoryFormat>)"),
+        p.frame("??", 0, "at::_ops::empty_memory_format::call(c10::ArrayRef<c10::SymInt>, std::optional<c10::ScalarType>, std::optional<c10::Layout>, std::optional<c10::Device>, std::optional<bool>, std::optional<c10::MemoryFormat>)"),
+        p.frame("/opt/conda/lib/python3.11/ceval.c", 0, "_PyEval_EvalFrameDefault"),
+    ];
+    let ops = ["linear", "gelu", "layer_norm", "softmax", "matmul", "dropout"];
+    let op_frames: Vec<FrameId> = ops
+        .iter()
+        .enumerate()
+        .map(|(i, op)| p.frame("/usr/lib/python3.11/site-packages/torch/nn/functional.py", 2000 + 37 * i as i64, op))
+        .collect();
+    let mut outer = vec![call, wcall, model_fwd, call, wcall, step, train, main];
+    let empty = p.stack(&[]);
+    let mut param = Vec::new();
+    let mut act = Vec::new();
+    let mut temp = Vec::new();
+    let mut grad = Vec::new();
+    for l in 0..layers.max(1) {
+        let layer = p.frame("model.py", 90 + (l % 40) as i64, &format!("Block{}.forward", l % 8));
+        outer[2] = layer;
+        let init = p.frame("/usr/lib/python3.11/site-packages/torch/nn/init.py", 459, "kaiming_uniform_");
+        let ctor = p.frame("model.py", 40 + l as i64, "Block.__init__");
+        param.push(p.stack(&[cpp[0], cpp[1], init, ctor, train, main]));
+        for (k, &opf) in op_frames.iter().enumerate() {
+            let mut s = vec![cpp[0], cpp[1], cpp[2], opf, cpp[3]];
+            s.extend_from_slice(&outer);
+            let id = p.stack(&s);
+            if k % 2 == 0 {
+                act.push(id);
+            } else {
+                temp.push(id);
+            }
+        }
+        let acc = p.frame("??", 0, "torch::autograd::AccumulateGrad::apply(std::vector<at::Tensor, std::allocator<at::Tensor> >&&)");
+        let engine = p.frame("/usr/lib/python3.11/site-packages/torch/autograd/graph.py", 825, "_engine_run_backward");
+        let backward = p.frame("/usr/lib/python3.11/site-packages/torch/_tensor.py", 626, "backward");
+        grad.push(p.stack(&[cpp[0], cpp[1], acc, engine, backward, step, train, main]));
+    }
+    let adamw = p.frame("/usr/lib/python3.11/site-packages/torch/optim/adamw.py", 467, "_multi_tensor_adamw");
+    let init_group = p.frame("/usr/lib/python3.11/site-packages/torch/optim/adam.py", 183, "_init_group");
+    let opt_step = p.frame("/usr/lib/python3.11/site-packages/torch/optim/optimizer.py", 493, "wrapper");
+    let optim_state = p.stack(&[cpp[0], cpp[1], init_group, opt_step, step, train, main]);
+    let optim_temp = p.stack(&[cpp[0], cpp[1], cpp[2], adamw, opt_step, step, train, main]);
+    let ce = p.frame("/usr/lib/python3.11/site-packages/torch/nn/functional.py", 3479, "cross_entropy");
+    let loss = p.stack(&[cpp[0], cpp[1], ce, step, train, main]);
+    let to = p.frame("train.py", 290, "get_batch");
+    let input = p.stack(&[cpp[0], cpp[1], to, step, train, main]);
+    Sites { empty, param, act, temp, grad, optim_state, optim_temp, loss, input }
+}
+
+/// Generates a snapshot.
+pub fn generate(opts: &Options) -> Snapshot {
+    let mut snap = Snapshot::default();
+    let mut rng = Rng(opts.seed);
+    let layers = opts.layers.max(1);
+    let sites = sites(&mut snap, layers);
+    let seg_type = (snap.strings.intern("small"), snap.strings.intern("large"));
+    let names = Names {
+        start: snap.strings.intern("START"),
+        end: snap.strings.intern("END"),
+        zero_grad: snap.strings.intern("Optimizer.zero_grad#AdamW.zero_grad"),
+        step: snap.strings.intern("Optimizer.step#AdamW.step"),
+    };
+    let t0 = 1_754_641_328_380_304_i64 + (opts.seed % 1000) as i64 * 1_000_000;
+    let devices = opts.devices.max(1);
+    let per_device = opts.target_entries.div_ceil(devices);
+    let mut traces = Vec::new();
+    let mut annotations = Vec::new();
+    let mut segments = Vec::new();
+    for d in 0..devices {
+        let mut a = Allocator::new(d, opts.capacity_bytes, t0);
+        run_training(&mut a, opts, &sites, &names, per_device, &mut rng, &mut annotations);
+        segments.extend(a.segments(sites.empty, seg_type));
+        traces.push(a.trace);
+    }
+    snap.segments = segments;
+    snap.device_traces = Some(traces);
+    snap.external_annotations = Some(annotations);
+    snap.allocator_settings = Some(allocator_settings());
+    snap
+}
+
+struct Names {
+    start: StrId,
+    end: StrId,
+    zero_grad: StrId,
+    step: StrId,
+}
+
+fn annotate(out: &mut Vec<Annotation>, names: &Names, start: bool, name: StrId, device: usize, time_us: i64) {
+    out.push(Annotation {
+        stage: if start { names.start } else { names.end },
+        name,
+        device: device as i64,
+        time_us,
+        extras: Vec::new(),
+    });
+}
+
+fn run_training(
+    a: &mut Allocator,
+    opts: &Options,
+    sites: &Sites,
+    names: &Names,
+    target: usize,
+    rng: &mut Rng,
+    annotations: &mut Vec<Annotation>,
+) {
+    let layers = opts.layers.max(1);
+    let h = opts.hidden.max(64);
+    let act_bytes = opts.tokens.max(1) * h * 2;
+    // Parameters exist before recording starts, as in most real captures.
+    let mut params = Vec::new();
+    for l in 0..layers {
+        for (rows, cols) in [(h, 3 * h), (h, h), (h, 4 * h), (4 * h, h), (1, h), (1, h)] {
+            if let Some(p) = a.malloc(rows * cols * 4, sites.param[l], rng) {
+                params.push((p, rows * cols * 4, l));
+            }
+        }
+    }
+    a.recording = true;
+    let mut optim_state: Vec<u64> = Vec::new();
+    let mut grads: Vec<u64> = Vec::new();
+    let mut iteration = 0u64;
+    while a.trace.len() < target {
+        iteration += 1;
+        annotate(annotations, names, true, names.zero_grad, a.device, a.time_us);
+        for g in grads.drain(..) {
+            a.free(g, false, rng);
+        }
+        annotate(annotations, names, false, names.zero_grad, a.device, a.time_us);
+        let input = a.malloc(opts.tokens * 8, sites.input, rng);
+        // Forward: each layer keeps some activations for backward and frees temporaries.
+        let mut saved: Vec<Vec<u64>> = Vec::new();
+        for l in 0..layers {
+            let mut keep = Vec::new();
+            for (k, &site) in sites.act[l * 3..l * 3 + 3].iter().enumerate() {
+                let jitter = rng.below(64) * 512;
+                if let Some(x) = a.malloc(act_bytes * (1 + k as u64 % 2) + jitter, site, rng) {
+                    keep.push(x);
+                }
+            }
+            for &site in &sites.temp[l * 3..l * 3 + 3] {
+                let n = 1 + rng.below(3);
+                let mut tmp = Vec::new();
+                for _ in 0..n {
+                    let size = if rng.below(4) == 0 { act_bytes / 2 } else { 256 << rng.below(12) };
+                    if let Some(x) = a.malloc(size, site, rng) {
+                        tmp.push(x);
+                    }
+                }
+                for x in tmp {
+                    a.free(x, rng.below(50) == 0, rng);
+                }
+            }
+            saved.push(keep);
+            if a.trace.len() >= target && iteration > 1 {
+                break;
+            }
+        }
+        let loss = a.malloc(4, sites.loss, rng);
+        // Backward: gradients appear, activations go.
+        for l in (0..saved.len()).rev() {
+            for &(_, bytes, pl) in params.iter().filter(|p| p.2 == l) {
+                if let Some(g) = a.malloc(bytes, sites.grad[pl], rng) {
+                    grads.push(g);
+                }
+            }
+            let tmp = a.malloc(act_bytes, sites.temp[l * 3], rng);
+            for x in saved[l].drain(..) {
+                a.free(x, false, rng);
+            }
+            if let Some(t) = tmp {
+                a.free(t, false, rng);
+            }
+        }
+        if let Some(l) = loss {
+            a.free(l, false, rng);
+        }
+        if let Some(i) = input {
+            a.free(i, true, rng);
+        }
+        a.process_pending(rng);
+        // Optimizer step: AdamW state at the first step, temporaries every step.
+        annotate(annotations, names, true, names.step, a.device, a.time_us);
+        if optim_state.is_empty() {
+            for &(_, bytes, _) in &params {
+                for _ in 0..2 {
+                    if let Some(s) = a.malloc(bytes, sites.optim_state, rng) {
+                        optim_state.push(s);
+                    }
+                }
+            }
+        }
+        for chunk in params.chunks(8) {
+            let bytes: u64 = chunk.iter().map(|p| p.1).sum();
+            if let Some(t) = a.malloc(bytes, sites.optim_temp, rng) {
+                a.free(t, false, rng);
+            }
+        }
+        annotate(annotations, names, false, names.step, a.device, a.time_us);
+    }
+    // One free still waits on a side stream when the snapshot is taken.
+    if let Some(t) = a.malloc(act_bytes, sites.temp[0], rng) {
+        a.free(t, true, rng);
+    }
+    if opts.oom {
+        a.malloc(opts.capacity_bytes, sites.act[0], rng);
+    }
+}
+
+fn allocator_settings() -> Value {
+    let s = |x: &str| Value::Str(x.into());
+    let mut roundup = Vec::new();
+    let mut k = 1u64;
+    while k <= 32768 {
+        roundup.push((s(&k.to_string()), Value::Int(0)));
+        k *= 2;
+    }
+    Value::Dict(vec![
+        (s("PYTORCH_CUDA_ALLOC_CONF"), s("")),
+        (s("max_split_size"), Value::Int(-1)),
+        (s("garbage_collection_threshold"), Value::Float(0.0)),
+        (s("expandable_segments"), Value::Bool(false)),
+        (s("pinned_num_register_threads"), Value::Int(1)),
+        (s("release_lock_on_cudamalloc"), Value::Bool(false)),
+        (s("pinned_use_cuda_host_register"), Value::Bool(false)),
+        (s("roundup_power2_divisions"), Value::Dict(roundup)),
+    ])
+}

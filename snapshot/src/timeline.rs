@@ -1,0 +1,568 @@
+//! The Active Memory Timeline (and its segment twin) with MemoryViz.js's semantics but no
+//! cap on the number of allocations, plus a level-of-detail query per pixel column.
+//!
+//! Semantics, as in PyTorch's viewer: allocations and frees are paired by address; a free
+//! with no recorded allocation becomes an element alive from the start; `active_allocated`
+//! blocks of the final snapshot not accounted for by the trace are alive from the start too;
+//! sizes are requested bytes. The x axis is the step: one per alloc or free. Elements are
+//! stacked in the order they appeared (pre-existing ones at the bottom), and a freed element
+//! lets the ones above slide down.
+
+use std::collections::BTreeMap;
+
+use rustc_hash::FxHashMap;
+use serde::Serialize;
+
+use crate::model::{Action, BlockState, Snapshot, StackId};
+
+/// Which memory the timeline follows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum TimelineKind {
+    /// Allocations handed to tensors (`alloc` / `free_completed`).
+    Blocks,
+    /// Reserved memory: segments (`segment_alloc` / `segment_free`, `segment_map` / `segment_unmap`).
+    Segments,
+}
+
+/// Where an element comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Origin {
+    /// Allocated inside the trace.
+    Traced,
+    /// Freed inside the trace, allocated before recording began.
+    UnmatchedFree,
+    /// Alive in the final snapshot, allocated before recording began.
+    Snapshot,
+}
+
+/// One allocation (or segment) over its lifetime.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Element {
+    /// Address.
+    pub addr: u64,
+    /// Requested bytes (segments: total bytes).
+    pub size: u64,
+    /// First step at which it is alive (0 for elements alive before the trace).
+    pub start: u32,
+    /// First step at which it is no longer alive (`n_steps` if alive at the end).
+    pub end: u32,
+    /// Where it comes from.
+    pub origin: Origin,
+    /// Trace entry of its allocation.
+    pub alloc_entry: Option<u32>,
+    /// Trace entry of its free.
+    pub free_entry: Option<u32>,
+    /// Its stack (for unmatched frees: the free's stack).
+    pub stack: Option<StackId>,
+    /// For snapshot elements: the index of its segment in [`Snapshot::segments`].
+    pub segment: Option<u32>,
+    /// Position in the stacking order (lower is drawn below).
+    pub order: u32,
+}
+
+/// A laid-out timeline of one device.
+#[derive(Clone, Debug)]
+pub struct Timeline {
+    kind: TimelineKind,
+    device: usize,
+    elements: Vec<Element>,
+    step_entry: Vec<u32>,
+    totals: Vec<u64>,
+    initial_total: u64,
+    n_unmatched: usize,
+    n_snapshot: usize,
+    classes: Vec<ClassIndex>,
+    block_argmax: Vec<u32>,
+}
+
+const BLOCK: usize = 64;
+
+/// Elements of one power-of-two size class, indexed for stabbing queries.
+#[derive(Clone, Debug, Default)]
+struct ClassIndex {
+    /// Element ids sorted by start.
+    ids: Vec<u32>,
+    starts: Vec<u32>,
+    /// Max-end segment tree over `ids` (leaves at `leaves..`).
+    tree: Vec<u32>,
+    leaves: usize,
+}
+
+impl ClassIndex {
+    fn build(mut ids: Vec<u32>, elements: &[Element]) -> Self {
+        ids.sort_by_key(|&i| elements[i as usize].start);
+        let starts: Vec<u32> = ids.iter().map(|&i| elements[i as usize].start).collect();
+        let leaves = ids.len().next_power_of_two().max(1);
+        let mut tree = vec![0u32; 2 * leaves];
+        for (k, &i) in ids.iter().enumerate() {
+            tree[leaves + k] = elements[i as usize].end;
+        }
+        for k in (1..leaves).rev() {
+            tree[k] = tree[2 * k].max(tree[2 * k + 1]);
+        }
+        ClassIndex { ids, starts, tree, leaves }
+    }
+
+    /// Calls `f` for every element alive at `step`: start ≤ step < end.
+    fn stab(&self, step: u32, f: &mut impl FnMut(u32)) {
+        let prefix = self.starts.partition_point(|&s| s <= step);
+        if prefix > 0 {
+            self.visit(1, 0, self.leaves, prefix, step, f);
+        }
+    }
+
+    fn visit(&self, node: usize, lo: usize, hi: usize, prefix: usize, step: u32, f: &mut impl FnMut(u32)) {
+        if lo >= prefix || self.tree[node] <= step {
+            return;
+        }
+        if hi - lo == 1 {
+            f(self.ids[lo]);
+            return;
+        }
+        let mid = (lo + hi) / 2;
+        self.visit(2 * node, lo, mid, prefix, step, f);
+        self.visit(2 * node + 1, mid, hi, prefix, step, f);
+    }
+}
+
+fn size_class(size: u64) -> usize {
+    (64 - size.leading_zeros()) as usize
+}
+
+/// A level-of-detail request: a window of steps drawn into `columns` pixel columns; elements
+/// smaller than `min_bytes` (one pixel) are summarized per column instead of drawn.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct LodQuery {
+    /// First visible step (fractional).
+    pub start: f64,
+    /// End of the visible window (fractional, exclusive).
+    pub end: f64,
+    /// Pixel columns.
+    pub columns: u32,
+    /// Smallest element drawn on its own.
+    pub min_bytes: u64,
+}
+
+/// The answer to a [`LodQuery`].
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Lod {
+    /// One per pixel column.
+    pub columns: Vec<LodColumn>,
+    /// Drawn bands, grouped by column, bottom to top.
+    pub bands: Vec<Band>,
+}
+
+/// What one pixel column shows: the state at the step with the highest total in its range.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LodColumn {
+    /// The sampled step.
+    pub step: u32,
+    /// Live bytes at that step.
+    pub total_bytes: u64,
+    /// Bytes of elements too small to draw, stacked on top of the bands.
+    pub summarized_bytes: u64,
+    /// Index of this column's first band in [`Lod::bands`].
+    pub first_band: u32,
+    /// Number of bands in this column.
+    pub n_bands: u32,
+}
+
+/// One element's extent in one column.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Band {
+    /// Element index.
+    pub element: u32,
+    /// Bytes below it.
+    pub offset_bytes: u64,
+    /// Its size.
+    pub size_bytes: u64,
+}
+
+impl Timeline {
+    /// Lays out the timeline of `device`.
+    pub fn build(snap: &Snapshot, device: usize, kind: TimelineKind) -> Timeline {
+        let trace = snap.trace(device);
+        let mut elements: Vec<Element> = Vec::new();
+        let mut initial: Vec<u32> = Vec::new();
+        let mut step_entry: Vec<u32> = Vec::new();
+        let mut allocs: Vec<u32> = Vec::new();
+        let new = |addr, size, start, origin, alloc_entry, free_entry, stack| Element {
+            addr,
+            size,
+            start,
+            end: u32::MAX,
+            origin,
+            alloc_entry,
+            free_entry,
+            stack,
+            segment: None,
+            order: 0,
+        };
+        match kind {
+            TimelineKind::Blocks => {
+                let mut pending: FxHashMap<u64, u32> = FxHashMap::default();
+                for i in 0..trace.len() {
+                    let step = step_entry.len() as u32;
+                    match trace.action(i) {
+                        Action::Alloc => {
+                            let id = elements.len() as u32;
+                            let e = new(trace.addr(i), trace.size(i), step, Origin::Traced, Some(i as u32), None, trace.frames(i));
+                            elements.push(e);
+                            pending.insert(trace.addr(i), id);
+                            allocs.push(id);
+                        }
+                        Action::Free | Action::FreeCompleted => match pending.remove(&trace.addr(i)) {
+                            Some(id) => {
+                                let e = &mut elements[id as usize];
+                                e.end = step;
+                                e.free_entry = Some(i as u32);
+                            }
+                            None => {
+                                let mut e = new(trace.addr(i), trace.size(i), 0, Origin::UnmatchedFree, None, Some(i as u32), trace.frames(i));
+                                e.end = step;
+                                initial.push(elements.len() as u32);
+                                elements.push(e);
+                            }
+                        },
+                        _ => continue,
+                    }
+                    step_entry.push(i as u32);
+                }
+                let n_unmatched = initial.len();
+                for (si, seg) in snap.segments.iter().enumerate().filter(|(_, s)| s.device == device as i64) {
+                    for (b, addr) in seg.blocks.iter().zip(seg.block_addresses()) {
+                        if b.state == BlockState::ActiveAllocated && !pending.contains_key(&addr) {
+                            let mut e = new(addr, b.requested_bytes(), 0, Origin::Snapshot, None, None, b.stack());
+                            e.segment = Some(si as u32);
+                            initial.push(elements.len() as u32);
+                            elements.push(e);
+                        }
+                    }
+                }
+                Self::finish(kind, device, elements, initial, n_unmatched, allocs, step_entry)
+            }
+            TimelineKind::Segments => {
+                let mut pending: BTreeMap<u64, u32> = BTreeMap::new();
+                for i in 0..trace.len() {
+                    let (addr, size) = (trace.addr(i), trace.size(i));
+                    match trace.action(i) {
+                        Action::SegmentAlloc | Action::SegmentMap => {
+                            let id = elements.len() as u32;
+                            let step = step_entry.len() as u32;
+                            elements.push(new(addr, size, step, Origin::Traced, Some(i as u32), None, trace.frames(i)));
+                            pending.insert(addr, id);
+                            allocs.push(id);
+                            step_entry.push(i as u32);
+                        }
+                        Action::SegmentFree => {
+                            let step = step_entry.len() as u32;
+                            match pending.remove(&addr) {
+                                Some(id) => {
+                                    elements[id as usize].end = step;
+                                    elements[id as usize].free_entry = Some(i as u32);
+                                }
+                                None => {
+                                    let mut e = new(addr, size, 0, Origin::UnmatchedFree, None, Some(i as u32), trace.frames(i));
+                                    e.end = step;
+                                    initial.push(elements.len() as u32);
+                                    elements.push(e);
+                                }
+                            }
+                            step_entry.push(i as u32);
+                        }
+                        Action::SegmentUnmap => {
+                            let end = addr.saturating_add(size);
+                            let before = pending.range(..addr).next_back().map(|(&a, &id)| (a, id));
+                            let mut hit: Vec<(u64, u32)> = pending.range(addr..end).map(|(&a, &id)| (a, id)).collect();
+                            if let Some((a, id)) = before {
+                                if a + elements[id as usize].size > addr {
+                                    hit.insert(0, (a, id));
+                                }
+                            }
+                            if hit.is_empty() {
+                                let step = step_entry.len() as u32;
+                                let mut e = new(addr, size, 0, Origin::UnmatchedFree, None, Some(i as u32), trace.frames(i));
+                                e.end = step;
+                                initial.push(elements.len() as u32);
+                                elements.push(e);
+                                step_entry.push(i as u32);
+                            }
+                            for (a, id) in hit {
+                                pending.remove(&a);
+                                let step = step_entry.len() as u32;
+                                let (e_addr, e_end) = (a, a + elements[id as usize].size);
+                                elements[id as usize].end = step;
+                                elements[id as usize].free_entry = Some(i as u32);
+                                step_entry.push(i as u32);
+                                // The parts of the element outside the unmapped range stay mapped.
+                                for (lo, hi) in [(e_addr, addr.max(e_addr)), (end.min(e_end), e_end)] {
+                                    if hi > lo {
+                                        let nid = elements.len() as u32;
+                                        let step = step_entry.len() as u32;
+                                        let stack = elements[id as usize].stack;
+                                        elements.push(new(lo, hi - lo, step, Origin::Traced, Some(i as u32), None, stack));
+                                        pending.insert(lo, nid);
+                                        allocs.push(nid);
+                                        step_entry.push(i as u32);
+                                    }
+                                }
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                let n_unmatched = initial.len();
+                for (si, seg) in snap.segments.iter().enumerate().filter(|(_, s)| s.device == device as i64) {
+                    let size = if seg.is_expandable == Some(true) {
+                        let end = seg.address.saturating_add(seg.total_size);
+                        let covered: u64 = pending
+                            .range(seg.address..end)
+                            .map(|(_, &id)| elements[id as usize].size)
+                            .sum();
+                        seg.total_size.saturating_sub(covered)
+                    } else if pending.contains_key(&seg.address) {
+                        0
+                    } else {
+                        seg.total_size
+                    };
+                    if size > 0 {
+                        let mut e = new(seg.address, size, 0, Origin::Snapshot, None, None, seg.frames);
+                        e.segment = Some(si as u32);
+                        initial.push(elements.len() as u32);
+                        elements.push(e);
+                    }
+                }
+                Self::finish(kind, device, elements, initial, n_unmatched, allocs, step_entry)
+            }
+        }
+    }
+
+    fn finish(
+        kind: TimelineKind,
+        device: usize,
+        mut elements: Vec<Element>,
+        initial: Vec<u32>,
+        n_unmatched: usize,
+        allocs: Vec<u32>,
+        step_entry: Vec<u32>,
+    ) -> Timeline {
+        let n_steps = step_entry.len().max(1) as u32;
+        // Pre-existing elements are reversed, so the last snapshot element lies at the bottom
+        // and the earliest unmatched free on top, as in PyTorch's viewer.
+        let m = initial.len() as u32;
+        for (k, &id) in initial.iter().enumerate() {
+            elements[id as usize].order = m - 1 - k as u32;
+        }
+        for (k, &id) in allocs.iter().enumerate() {
+            elements[id as usize].order = m + k as u32;
+        }
+        let mut diff = vec![0i128; n_steps as usize + 1];
+        let mut initial_total = 0u64;
+        for e in &mut elements {
+            e.end = e.end.min(n_steps);
+            if e.origin != Origin::Traced {
+                initial_total += e.size;
+            }
+            diff[e.start as usize] += i128::from(e.size);
+            diff[e.end as usize] -= i128::from(e.size);
+        }
+        let mut run = 0i128;
+        let totals: Vec<u64> = diff[..n_steps as usize]
+            .iter()
+            .map(|d| {
+                run += d;
+                run.max(0) as u64
+            })
+            .collect();
+        let block_argmax = totals
+            .chunks(BLOCK)
+            .enumerate()
+            .map(|(b, c)| (b * BLOCK + argmax(c)) as u32)
+            .collect();
+        let mut by_class: Vec<Vec<u32>> = vec![Vec::new(); 65];
+        for (i, e) in elements.iter().enumerate() {
+            by_class[size_class(e.size)].push(i as u32);
+        }
+        let classes = by_class.into_iter().map(|ids| ClassIndex::build(ids, &elements)).collect();
+        Timeline {
+            kind,
+            device,
+            n_snapshot: initial.len() - n_unmatched,
+            n_unmatched,
+            elements,
+            step_entry,
+            totals,
+            initial_total,
+            classes,
+            block_argmax,
+        }
+    }
+
+    /// Which memory this timeline follows.
+    pub fn kind(&self) -> TimelineKind {
+        self.kind
+    }
+    /// The device.
+    pub fn device(&self) -> usize {
+        self.device
+    }
+    /// All elements.
+    pub fn elements(&self) -> &[Element] {
+        &self.elements
+    }
+    /// Alloc and free steps in the trace.
+    pub fn n_actions(&self) -> usize {
+        self.step_entry.len()
+    }
+    /// Steps on the x axis (at least 1, so a trace-less snapshot still has a state to draw).
+    pub fn n_steps(&self) -> u32 {
+        self.totals.len() as u32
+    }
+    /// The trace entry behind a step.
+    pub fn step_entry(&self, step: u32) -> Option<u32> {
+        self.step_entry.get(step as usize).copied()
+    }
+    /// The first step at or after trace entry `entry`.
+    pub fn step_of_entry(&self, entry: u32) -> u32 {
+        self.step_entry.partition_point(|&e| e < entry) as u32
+    }
+    /// Live bytes after each step.
+    pub fn totals(&self) -> &[u64] {
+        &self.totals
+    }
+    /// Live bytes before the first step.
+    pub fn initial_bytes(&self) -> u64 {
+        self.initial_total
+    }
+    /// Highest total, the initial state included.
+    pub fn peak_bytes(&self) -> u64 {
+        self.totals.iter().copied().max().unwrap_or(0).max(self.initial_total)
+    }
+    /// The first step with the highest total.
+    pub fn peak_step(&self) -> u32 {
+        argmax(&self.totals) as u32
+    }
+    /// Live bytes at the end.
+    pub fn final_bytes(&self) -> u64 {
+        if self.step_entry.is_empty() {
+            self.initial_total
+        } else {
+            self.totals.last().copied().unwrap_or(0)
+        }
+    }
+    /// Elements alive before the first step.
+    pub fn n_initial(&self) -> usize {
+        self.n_unmatched + self.n_snapshot
+    }
+    /// Frees without a recorded allocation.
+    pub fn n_unmatched_frees(&self) -> usize {
+        self.n_unmatched
+    }
+    /// Elements known only from the final snapshot.
+    pub fn n_snapshot_only(&self) -> usize {
+        self.n_snapshot
+    }
+
+    /// The step with the highest total in `lo..hi` (clamped; `lo` when the range is empty).
+    pub fn argmax_in(&self, lo: u32, hi: u32) -> u32 {
+        let n = self.totals.len();
+        let (lo, hi) = ((lo as usize).min(n.saturating_sub(1)), (hi as usize).min(n));
+        if hi <= lo + 1 {
+            return lo as u32;
+        }
+        let mut best = lo;
+        let mut consider = |i: usize| {
+            if self.totals[i] > self.totals[best] {
+                best = i;
+            }
+        };
+        let first_full = lo.div_ceil(BLOCK);
+        let last_full = hi / BLOCK;
+        if first_full >= last_full {
+            (lo..hi).for_each(&mut consider);
+        } else {
+            (lo..first_full * BLOCK).for_each(&mut consider);
+            for b in first_full..last_full {
+                consider(self.block_argmax[b] as usize);
+            }
+            (last_full * BLOCK..hi).for_each(&mut consider);
+        }
+        best as u32
+    }
+
+    /// Elements of at least `min_bytes` alive after `step`, bottom to top.
+    pub fn live_at(&self, step: u32, min_bytes: u64) -> Vec<u32> {
+        let mut out = Vec::new();
+        for c in &self.classes[size_class(min_bytes)..] {
+            c.stab(step, &mut |id| {
+                if self.elements[id as usize].size >= min_bytes {
+                    out.push(id);
+                }
+            });
+        }
+        out.sort_unstable_by_key(|&id| self.elements[id as usize].order);
+        out
+    }
+
+    /// The element drawn at `bytes` above the axis after `step`, when elements smaller than
+    /// `min_bytes` are summarized (as in [`Timeline::lod`]).
+    pub fn element_at(&self, step: u32, bytes: u64, min_bytes: u64) -> Option<u32> {
+        let mut offset = 0u64;
+        for id in self.live_at(step, min_bytes) {
+            let size = self.elements[id as usize].size;
+            if bytes >= offset && bytes < offset + size {
+                return Some(id);
+            }
+            offset += size;
+        }
+        None
+    }
+
+    /// Answers a level-of-detail query in time proportional to the bands returned.
+    pub fn lod(&self, q: &LodQuery) -> Lod {
+        let mut out = Lod::default();
+        let n = self.totals.len() as f64;
+        let cols = q.columns.max(1);
+        let width = (q.end - q.start) / f64::from(cols);
+        if !(width.is_finite() && width > 0.0) {
+            return out;
+        }
+        for c in 0..cols {
+            let lo = q.start + width * f64::from(c);
+            let hi = lo + width;
+            if hi <= 0.0 || lo >= n {
+                out.columns.push(LodColumn { step: 0, total_bytes: 0, summarized_bytes: 0, first_band: out.bands.len() as u32, n_bands: 0 });
+                continue;
+            }
+            let a = lo.max(0.0).floor() as u32;
+            let b = (hi.ceil().min(n) as u32).max(a + 1);
+            let step = self.argmax_in(a, b);
+            let total = self.totals[step as usize];
+            let first = out.bands.len() as u32;
+            let mut offset = 0u64;
+            for id in self.live_at(step, q.min_bytes.max(1)) {
+                let size = self.elements[id as usize].size;
+                out.bands.push(Band { element: id, offset_bytes: offset, size_bytes: size });
+                offset += size;
+            }
+            out.columns.push(LodColumn {
+                step,
+                total_bytes: total,
+                summarized_bytes: total.saturating_sub(offset),
+                first_band: first,
+                n_bands: out.bands.len() as u32 - first,
+            });
+        }
+        out
+    }
+}
+
+fn argmax(v: &[u64]) -> usize {
+    let mut best = 0;
+    for (i, &x) in v.iter().enumerate() {
+        if x > v[best] {
+            best = i;
+        }
+    }
+    best
+}
