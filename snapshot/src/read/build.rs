@@ -18,6 +18,7 @@ pub(crate) fn build(mut vm: Vm) -> Result<(Snapshot, Vec<Warning>), ReadError> {
     let root = vm
         .root
         .ok_or_else(|| ReadError::new(ErrorKind::Truncated, "the pickle ends before its STOP opcode"))?;
+    let stop = vm.stop_offset;
     let mut b = Builder { vm: &mut vm, unknown: BTreeMap::new() };
     let mut snap = Snapshot::default();
     match b.vm.obj(root).map(|(_, o)| o.kind) {
@@ -34,7 +35,8 @@ pub(crate) fn build(mut vm: Vm) -> Result<(Snapshot, Vec<Warning>), ReadError> {
                     "not a memory snapshot: the top-level object is a {}, not a dict or a list of segments",
                     b.vm.describe(root)
                 ),
-            ))
+            )
+            .at(stop))
         }
     }
     let warnings = b
@@ -111,7 +113,11 @@ impl Builder<'_> {
 
     fn root_dict(&mut self, root: PVal, snap: &mut Snapshot) -> Result<(), ReadError> {
         snap.device_traces = None;
-        for (k, v) in self.dict(root, "the snapshot")? {
+        let items = self.dict(root, "the snapshot")?;
+        if !items.iter().any(|&(k, _)| matches!(self.key(k), "segments" | "device_traces")) {
+            return Err(self.fail(root, "the snapshot", "not a memory snapshot: a dict without `segments` or `device_traces`"));
+        }
+        for (k, v) in items {
             match self.key(k) {
                 "segments" => snap.segments = self.segments(v, "segments")?,
                 "device_traces" => {

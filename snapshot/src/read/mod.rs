@@ -215,8 +215,14 @@ fn detect(prefix: &[u8], at_end: bool, nested: bool, limits: Limits) -> Result<O
     let b = &body[start..];
     let first = b[0];
     if start == 0 && prefix.len() == body.len() {
-        if first == 0x80 || (matches!(first, b'}' | b']' | b'(') && !looks_like_text(b)) {
-            return Ok(Some(State::Pickle(Box::new(PickleState::new(limits)))));
+        if first == 0x28 && b.len() < 4 && !at_end {
+            return Ok(None);
+        }
+        if b.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+            return Err(ReadError::new(
+                ErrorKind::Unsupported,
+                "the file is zstd-compressed; decompress it first (zstd -d FILE)",
+            ));
         }
         if first == 0x1f {
             if b.len() < 2 && !at_end {
@@ -232,14 +238,10 @@ fn detect(prefix: &[u8], at_end: bool, nested: bool, limits: Limits) -> Result<O
                 return Ok(Some(State::Gzip(Box::new(dec))));
             }
         }
-        if first == 0x28 && b.len() < 4 && !at_end {
-            return Ok(None);
-        }
-        if b.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
-            return Err(ReadError::new(
-                ErrorKind::Unsupported,
-                "the file is zstd-compressed; decompress it first (zstd -d FILE)",
-            ));
+        // Protocol 2+ starts with PROTO; protocols 0 and 1 with a container opcode, or with
+        // GLOBAL when the pickle wants to run code (the VM then refuses it with a clear error).
+        if first == 0x80 || (matches!(first, b'}' | b']' | b'(' | b')') && !looks_like_text(b)) || is_global(b) {
+            return Ok(Some(State::Pickle(Box::new(PickleState::new(limits)))));
         }
     }
     match first {
@@ -247,6 +249,13 @@ fn detect(prefix: &[u8], at_end: bool, nested: bool, limits: Limits) -> Result<O
         b'<' => Ok(Some(State::Buffer(Buffered::Html, Vec::new()))),
         _ => Err(not_a_snapshot(prefix)),
     }
+}
+
+/// `c<module>\n<name>\n`: the GLOBAL opcode of protocols 0 and 1.
+fn is_global(b: &[u8]) -> bool {
+    let Some(rest) = b.strip_prefix(b"c") else { return false };
+    let line = rest.iter().take(256).position(|&c| c == b'\n');
+    line.is_some_and(|n| n > 0 && rest[..n].iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_' || *c == b'.'))
 }
 
 fn looks_like_text(b: &[u8]) -> bool {

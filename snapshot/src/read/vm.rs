@@ -126,6 +126,8 @@ pub(crate) struct Vm {
     stack_dedup: HashTable<u32>,
     stack_buf: Vec<FrameId>,
     pub root: Option<PVal>,
+    /// Offset of the STOP opcode.
+    pub stop_offset: u64,
     proto: Option<u8>,
     mem: u64,
     pub limits: Limits,
@@ -282,6 +284,7 @@ impl Vm {
             stack_dedup: HashTable::new(),
             stack_buf: Vec::new(),
             root: None,
+            stop_offset: 0,
             proto: None,
             mem: 0,
             limits,
@@ -518,6 +521,7 @@ impl Vm {
             op::STOP => {
                 let v = self.pop(off)?;
                 self.root = Some(v);
+                self.stop_offset = off;
                 1
             }
             op::MARK => {

@@ -1,0 +1,191 @@
+//! Bad input never panics or hangs: it gives an error that says what and where.
+
+use snapshot::{read, ErrorKind, ReadError};
+
+use crate::{corpus_dir, Rng};
+
+#[track_caller]
+fn fails(bytes: &[u8], kind: ErrorKind) -> ReadError {
+    match read(bytes) {
+        Ok(_) => panic!("expected a {kind:?} error, got a snapshot"),
+        Err(e) => {
+            assert_eq!(e.kind, kind, "{e}");
+            assert!(!e.to_string().is_empty());
+            e
+        }
+    }
+}
+
+fn pickle(body: &[u8]) -> Vec<u8> {
+    let mut v = vec![0x80, 4];
+    v.extend_from_slice(body);
+    v
+}
+
+#[test]
+fn every_truncation_of_small_corpus_files_is_an_error_with_an_offset() {
+    for (name, stride) in [("pt21-gpt2-cuda1-nohistory.pickle", 1), ("pt24-linear-tiny.pkl", 3), ("pt25plus-expandable-2gpu-tiny-nohistory.pickle", 1)] {
+        let bytes = std::fs::read(corpus_dir().join(name)).unwrap();
+        for cut in (0..bytes.len() - 1).step_by(stride) {
+            let e = read(&bytes[..cut]).expect_err(name);
+            assert!(matches!(e.kind, ErrorKind::Truncated | ErrorKind::NotASnapshot), "{name} cut at {cut}: {e}");
+            if cut > 0 {
+                assert_eq!(e.offset, Some(cut as u64), "{name} cut at {cut}: {e}");
+            }
+        }
+    }
+}
+
+#[test]
+fn random_mutations_never_panic_and_errors_say_where() {
+    let mut rng = Rng(0x5eed);
+    for name in ["pt24-linear-tiny.pkl", "pt21-gpt2-cuda1-nohistory.pickle", "pt25-cs336-bf16-forward.html"] {
+        let orig = std::fs::read(corpus_dir().join(name)).unwrap();
+        for round in 0..600 {
+            let mut b = orig.clone();
+            for _ in 0..1 + rng.below(4) {
+                let i = rng.below(b.len() as u64) as usize;
+                b[i] = rng.next() as u8;
+            }
+            if round % 5 == 0 {
+                let i = rng.below(b.len() as u64) as usize;
+                b.truncate(i.max(1));
+            }
+            if let Err(e) = read(&b) {
+                assert!(e.offset.is_some() || e.path.is_some(), "{name} round {round}: {e}");
+            }
+        }
+    }
+}
+
+#[test]
+fn empty_and_foreign_files_are_not_snapshots() {
+    assert!(fails(b"", ErrorKind::NotASnapshot).to_string().contains("empty"));
+    assert!(fails(b"  \n\t", ErrorKind::NotASnapshot).to_string().contains("whitespace"));
+    assert!(fails(b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR", ErrorKind::NotASnapshot).to_string().contains("PNG"));
+    assert!(fails(b"PK\x03\x04\x14\0\0\0", ErrorKind::NotASnapshot).to_string().contains("zip"));
+    fails(b"hello world", ErrorKind::NotASnapshot);
+    fails(b"<html><body>nothing here</body></html>", ErrorKind::NotASnapshot);
+    fails(b"\x28\xb5\x2f\xfd\0\0", ErrorKind::Unsupported);
+    // Valid JSON or pickles that are not snapshots.
+    fails(b"{\"a\": 1}", ErrorKind::Schema);
+    fails(b"[1, 2, 3]", ErrorKind::Schema);
+    fails(b"{\"segments\": [1]", ErrorKind::Malformed);
+    fails(&pickle(b"K\x05."), ErrorKind::Schema);
+    let e = fails(b"\x1f\x8b\x08\0\0\0\0\0\0\xff\x01\x02", ErrorKind::Malformed);
+    assert!(e.to_string().contains("gzip"), "{e}");
+}
+
+#[test]
+fn code_opcodes_are_refused_before_anything_runs() {
+    // The classic `os.system('echo pwned')` gadget, protocols 0 and 4.
+    let p0 = b"cos\nsystem\n(S'echo pwned'\ntR.";
+    let e = fails(p0, ErrorKind::Code);
+    assert_eq!(e.offset, Some(0));
+    assert!(e.to_string().contains("GLOBAL"), "{e}");
+    let p4 = pickle(b"\x8c\x02os\x94\x8c\x06system\x94\x93\x94\x8c\x0becho pwned\x94\x85\x94R\x94.");
+    let e = fails(&p4, ErrorKind::Code);
+    assert!(e.to_string().contains("STACK_GLOBAL"), "{e}");
+    assert_eq!(e.offset, Some(16));
+    for (op, name) in [(b'R', "REDUCE"), (b'b', "BUILD"), (0x81, "NEWOBJ"), (b'Q', "BINPERSID"), (0x82, "EXT1")] {
+        let e = fails(&pickle(&[b'}', op, b'.']), ErrorKind::Code);
+        assert!(e.to_string().contains(name), "{e}");
+        assert_eq!(e.offset, Some(3));
+    }
+}
+
+#[test]
+fn absurd_lengths_are_refused_without_allocating() {
+    let mut huge = pickle(&[0x8d]);
+    huge.extend_from_slice(&(1u64 << 60).to_le_bytes());
+    huge.extend_from_slice(b"abc");
+    let e = fails(&huge, ErrorKind::TooLarge);
+    assert_eq!(e.offset, Some(2));
+    // A length that is in bounds but longer than the file is a truncation.
+    let mut short = pickle(b"X");
+    short.extend_from_slice(&1000u32.to_le_bytes());
+    short.extend_from_slice(b"abc");
+    fails(&short, ErrorKind::Truncated);
+    let mut long4 = pickle(&[0x8b]);
+    long4.extend_from_slice(&i32::MAX.to_le_bytes());
+    fails(&long4, ErrorKind::Unsupported);
+    // Memo references to nowhere.
+    fails(&pickle(b"j\xff\xff\xff\x7f."), ErrorKind::Malformed);
+    fails(&pickle(b"h\x09."), ErrorKind::Malformed);
+}
+
+#[test]
+fn deep_nesting_and_self_reference_are_errors_not_crashes() {
+    // A list nested a million deep as the root.
+    let n = 1_000_000;
+    let mut deep = pickle(&vec![b']'; n]);
+    deep.extend(std::iter::repeat_n(b'a', n - 1));
+    deep.push(b'.');
+    fails(&deep, ErrorKind::Schema);
+    // The same under an unknown key, where values are kept: refused beyond the depth limit.
+    let mut under_key = pickle(b"}(\x8c\x08segments]\x8c\x05extra");
+    under_key.extend(std::iter::repeat_n(b']', 10_000));
+    under_key.extend(std::iter::repeat_n(b'a', 9_999));
+    under_key.extend_from_slice(b"u.");
+    let e = fails(&under_key, ErrorKind::Schema);
+    assert!(e.to_string().contains("extra"), "{e}");
+    // A list that contains itself.
+    let cyclic = pickle(b"}(\x8c\x08segments]\x8c\x05extra]\x94h\x00au.");
+    fails(&cyclic, ErrorKind::Schema);
+    // Exponential sharing ("billion laughs"): each level holds the previous one twice.
+    let mut laughs = pickle(b"}(\x8c\x08segments]\x8c\x05extraK\x01");
+    for _ in 0..64 {
+        laughs.extend_from_slice(b"2\x86");
+    }
+    laughs.extend_from_slice(b"u.");
+    fails(&laughs, ErrorKind::Schema);
+    // Unbalanced marks and stack underflow.
+    fails(&pickle(b"(."), ErrorKind::Malformed);
+    fails(&pickle(b"a."), ErrorKind::Malformed);
+    fails(&pickle(b"u."), ErrorKind::Malformed);
+    fails(&pickle(b"]K\x01s."), ErrorKind::Malformed);
+}
+
+#[test]
+fn schema_errors_name_the_entry_and_key() {
+    let e = fails(
+        &pickle(b"}(\x8c\x08segments]\x8c\rdevice_traces](](}(\x8c\x06action\x8c\x05alloc\x8c\x04size\x8c\x03bigueeu."),
+        ErrorKind::Schema,
+    );
+    assert_eq!(e.path.as_deref(), Some("device_traces[0][0]"), "{e}");
+    assert!(e.to_string().contains("`size`: expected an int, found str"), "{e}");
+    assert!(e.offset.is_some(), "{e}");
+    let e = fails(&pickle(b"}(\x8c\x08segments](}(\x8c\x07addressK\x01ueu."), ErrorKind::Schema);
+    assert_eq!(e.path.as_deref(), Some("segments[0]"));
+    assert!(e.to_string().contains("total_size"), "{e}");
+}
+
+#[test]
+fn unknown_keys_and_actions_from_newer_versions_are_kept_with_a_warning() {
+    let body = b"}(\x8c\x08segments]\x8c\x0cfuture_thingK\x07\x8c\rdevice_traces](](}(\x8c\x06action\x8c\x0bteleport_it\x8c\x04addrK\x10\x8c\x04sizeK\x20\x8c\x05shinyK\x01ueeu.";
+    let loaded = read(&pickle(body)).unwrap();
+    let w: Vec<String> = loaded.warnings.iter().map(|w| w.to_string()).collect();
+    assert!(w.iter().any(|m| m.contains("future_thing")), "{w:?}");
+    assert!(w.iter().any(|m| m.contains("shiny")), "{w:?}");
+    assert!(w.iter().any(|m| m.contains("teleport_it")), "{w:?}");
+    let t = loaded.snapshot.trace(0);
+    assert_eq!(t.len(), 1);
+    assert_eq!(t.size(0), 32);
+    // And they survive a round trip through the writer.
+    let again = read(&snapshot::write::to_pickle_bytes(&loaded.snapshot)).unwrap();
+    assert_eq!(again.warnings, loaded.warnings);
+}
+
+#[test]
+fn protocol_2_and_0_forms_are_read() {
+    // Protocol 2 as the TorchScript pickler writes it: BINPUT memo, DICT/LIST/TUPLE with marks.
+    let p2 = b"\x80\x02(X\x08\x00\x00\x00segments(lq\x00X\r\x00\x00\x00device_traces(((X\x06\x00\x00\x00actionq\x01X\x05\x00\x00\x00allocX\x04\x00\x00\x00addrK\x10X\x04\x00\x00\x00sizeM\x00\x01X\x06\x00\x00\x00streamK\x00d(h\x01X\x04\x00\x00\x00freeX\x04\x00\x00\x00addrK\x10X\x04\x00\x00\x00sizeM\x00\x01X\x06\x00\x00\x00streamK\x00dllX\x12\x00\x00\x00allocator_settings}d.";
+    let l = read(p2).unwrap();
+    assert_eq!(l.format, snapshot::Format::Pickle(Some(2)));
+    let t = l.snapshot.trace(0);
+    assert_eq!((t.len(), t.size(0), t.action(1)), (2, 256, snapshot::Action::Free));
+    // Protocol 0: text opcodes.
+    let p0 = b"(dp0\nVsegments\np1\n(lp2\nsVdevice_traces\np3\n(lp4\ns.";
+    let l = read(p0).unwrap();
+    assert_eq!(l.snapshot.n_trace_lists(), 0);
+}

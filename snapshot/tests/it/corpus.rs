@@ -1,0 +1,131 @@
+use snapshot::state::{merged_events, StateIndex};
+use snapshot::timeline::{LodQuery, Timeline, TimelineKind};
+use snapshot::{read, write, Limits, Loader};
+
+use crate::{corpus_files, expected, Rng};
+
+fn read_in_chunks(bytes: &[u8], mut size: impl FnMut() -> usize) -> snapshot::Loaded {
+    let mut l = Loader::new(Limits::default());
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let n = size().clamp(1, rest.len());
+        l.feed(&rest[..n]).unwrap();
+        rest = &rest[n..];
+    }
+    assert_eq!(l.bytes_consumed(), bytes.len() as u64);
+    l.finish().unwrap()
+}
+
+#[test]
+fn whole_buffer_one_byte_chunks_and_random_chunks_give_the_same_model() {
+    let mut rng = Rng(7);
+    for (name, bytes) in corpus_files() {
+        let whole = write::to_pickle_bytes(&read(&bytes).unwrap().snapshot);
+        let random = read_in_chunks(&bytes, || rng.below(70_000) as usize + 1);
+        assert_eq!(write::to_pickle_bytes(&random.snapshot), whole, "{name}: random chunks");
+        if bytes.len() < 300_000 {
+            let ones = read_in_chunks(&bytes, || 1);
+            assert_eq!(write::to_pickle_bytes(&ones.snapshot), whole, "{name}: 1-byte chunks");
+        }
+    }
+}
+
+#[test]
+fn writer_output_reads_back_to_the_same_model() {
+    for (name, bytes) in corpus_files() {
+        let first = write::to_pickle_bytes(&read(&bytes).unwrap().snapshot);
+        let again = write::to_pickle_bytes(&read(&first).unwrap().snapshot);
+        assert_eq!(first, again, "{name}");
+    }
+}
+
+#[test]
+fn gzip_input_gives_the_same_model() {
+    use std::io::Write as _;
+    for (name, bytes) in corpus_files().into_iter().filter(|(n, _)| n.ends_with(".pickle")).take(6) {
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        enc.write_all(&bytes).unwrap();
+        let gz = enc.finish().unwrap();
+        let a = read_in_chunks(&gz, || 4093);
+        assert!(matches!(a.format, snapshot::Format::Gzip(_)), "{name}");
+        assert_eq!(write::to_pickle_bytes(&a.snapshot), write::to_pickle_bytes(&read(&bytes).unwrap().snapshot), "{name}");
+    }
+}
+
+/// The "Allocator State History" figures: reserved and allocated after sampled events.
+#[test]
+fn allocator_state_after_any_event_equals_pytorch_state_history() {
+    let mut checked = 0;
+    for (name, bytes) in corpus_files() {
+        let exp = expected(&name);
+        let Some(devices) = exp["memoryviz"]["devices"].as_object() else { continue };
+        let snap = read(&bytes).unwrap().snapshot;
+        for (dev, d) in devices {
+            let dev: usize = dev.parse().unwrap();
+            let h = &d["allocator_state_history"];
+            let index = StateIndex::build(&snap, dev);
+            let events = merged_events(snap.trace(dev));
+            assert_eq!(events.len() as u64, h["events_after_elision"].as_u64().unwrap(), "{name}");
+            let mut samples: Vec<&serde_json::Value> = h["samples"].as_array().unwrap().iter().collect();
+            samples.push(&h["on_load"]);
+            for s in samples {
+                let idx = s["idx"].as_u64().unwrap() as usize;
+                let entry = events.get(idx).map(|&e| e as usize);
+                let st = index.state_after(&snap, entry);
+                assert_eq!(st.reserved_bytes, s["reserved"].as_u64().unwrap(), "{name} dev {dev} idx {idx}");
+                assert_eq!(st.allocated_bytes, s["allocated"].as_u64().unwrap(), "{name} dev {dev} idx {idx}");
+                let blocks: u64 = st.segments.iter().flat_map(|s| &s.blocks).map(|b| b.requested_size).sum();
+                assert_eq!(blocks + st.orphan_blocks.iter().map(|b| b.requested_size).sum::<u64>(), st.allocated_bytes);
+                checked += 1;
+            }
+            // Peaks over every event, from the per-entry totals.
+            let totals = index.totals();
+            if !events.is_empty() {
+                let per_event: Vec<(u64, u64)> = events.iter().map(|&e| totals[e as usize]).collect();
+                let all = &h["all_events"];
+                let max_r = per_event.iter().map(|t| t.0).max().unwrap();
+                let max_a = per_event.iter().map(|t| t.1).max().unwrap();
+                assert_eq!(max_r, all["peak_reserved"]["reserved"].as_u64().unwrap(), "{name}");
+                assert_eq!(max_a, all["peak_allocated"]["allocated"].as_u64().unwrap(), "{name}");
+            }
+        }
+    }
+    assert!(checked > 50, "{checked}");
+}
+
+#[test]
+fn level_of_detail_bands_add_up_to_the_timeline_totals() {
+    for (name, bytes) in corpus_files() {
+        let snap = read(&bytes).unwrap().snapshot;
+        for d in snap.devices() {
+            let t = Timeline::build(&snap, d, TimelineKind::Blocks);
+            let n = f64::from(t.n_steps());
+            let peak = t.peak_bytes();
+            let min_bytes = (peak / 400).max(1);
+            let lod = t.lod(&LodQuery { start: 0.0, end: n, columns: 1500, min_bytes });
+            assert_eq!(lod.columns.len(), 1500);
+            let col_max = lod.columns.iter().map(|c| c.total_bytes).max().unwrap();
+            assert_eq!(col_max, *t.totals().iter().max().unwrap(), "{name}: the peak column is drawn");
+            for c in &lod.columns {
+                let bands = &lod.bands[c.first_band as usize..(c.first_band + c.n_bands) as usize];
+                let drawn: u64 = bands.iter().map(|b| b.size_bytes).sum();
+                assert_eq!(drawn + c.summarized_bytes, c.total_bytes, "{name} step {}", c.step);
+                assert!(bands.iter().all(|b| b.size_bytes >= min_bytes));
+                // Bands are stacked without gaps, bottom to top.
+                let mut off = 0;
+                for b in bands {
+                    assert_eq!(b.offset_bytes, off);
+                    off += b.size_bytes;
+                    let e = &t.elements()[b.element as usize];
+                    assert!(e.start <= c.step && c.step < e.end);
+                }
+                if let Some(b) = bands.last() {
+                    assert_eq!(t.element_at(c.step, b.offset_bytes, min_bytes), Some(b.element));
+                }
+            }
+            // Zoomed in beyond one step per pixel, every column shows a real step.
+            let zoom = t.lod(&LodQuery { start: 0.0, end: n.min(10.0), columns: 100, min_bytes });
+            assert!(zoom.columns.iter().all(|c| f64::from(c.step) < n));
+        }
+    }
+}
