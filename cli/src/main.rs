@@ -38,7 +38,7 @@ enum Command {
         #[arg(long, default_value_t = 1)]
         devices: usize,
         /// Transformer layers of the simulated model.
-        #[arg(long, default_value_t = 12)]
+        #[arg(long, default_value_t = 24)]
         layers: usize,
         /// Seed.
         #[arg(long, default_value_t = 1)]
@@ -90,6 +90,9 @@ fn main() -> ExitCode {
 fn load(path: &Path) -> anyhow::Result<snapshot::Loaded> {
     let mut f = File::open(path).with_context(|| format!("{}: cannot open", path.display()))?;
     let mut loader = snapshot::Loader::new(snapshot::Limits::default());
+    if let Ok(m) = f.metadata() {
+        loader.set_size_hint(m.len());
+    }
     let mut buf = vec![0u8; 4 << 20];
     loop {
         let n = f.read(&mut buf).with_context(|| format!("{}: cannot read", path.display()))?;

@@ -338,6 +338,18 @@ impl Trace {
         self.action.is_empty()
     }
 
+    /// An empty trace with room for `n` entries in its main columns.
+    pub fn with_capacity(n: usize) -> Self {
+        Trace {
+            action: Vec::with_capacity(n),
+            addr: Vec::with_capacity(n),
+            size: Vec::with_capacity(n),
+            stream: Vec::with_capacity(n),
+            has_addr: Vec::with_capacity(n),
+            ..Default::default()
+        }
+    }
+
     /// Appends an entry.
     pub fn push(&mut self, e: &Entry) {
         let row = self.action.len();

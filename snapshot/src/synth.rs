@@ -40,8 +40,8 @@ impl Default for Options {
             seed: 1,
             target_entries: 10_000,
             devices: 1,
-            layers: 12,
-            hidden: 1024,
+            layers: 24,
+            hidden: 2048,
             tokens: 4096,
             capacity_bytes: 80 << 30,
             oom: false,
@@ -52,7 +52,7 @@ impl Default for Options {
 impl Options {
     /// Options for a pickle of about `bytes` bytes (written with [`crate::write`]).
     pub fn for_bytes(bytes: u64) -> Self {
-        Options { target_entries: (bytes / 104).max(100) as usize, ..Default::default() }
+        Options { target_entries: (bytes / 100).max(100) as usize, ..Default::default() }
     }
 }
 
@@ -508,7 +508,7 @@ fn run_training(
         for l in 0..layers {
             let mut keep = Vec::new();
             for (k, &site) in sites.act[l * 3..l * 3 + 3].iter().enumerate() {
-                let jitter = rng.below(64) * 512;
+                let jitter = rng.below(64) * 512 + rng.below(128) * 4;
                 if let Some(x) = a.malloc(act_bytes * (1 + k as u64 % 2) + jitter, site, rng) {
                     keep.push(x);
                 }

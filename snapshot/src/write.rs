@@ -8,19 +8,39 @@ use crate::intern::StrId;
 use crate::model::{Action, Annotation, Block, BlockState, FrameId, Root, Segment, Snapshot, StackId, Trace};
 use crate::value::Value;
 
-/// Serializes to a byte vector.
+/// How to lay out the pickle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// Write each stack list once and refer to it afterwards (smaller). Off, every trace
+    /// entry and block gets its own list of shared frame dicts, as PyTorch writes them.
+    pub share_stacks: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { share_stacks: false }
+    }
+}
+
+/// Serializes to a byte vector, laid out as PyTorch does.
 pub fn to_pickle_bytes(snap: &Snapshot) -> Vec<u8> {
     let mut out = Vec::new();
     // Writing into a Vec cannot fail.
-    write_pickle(snap, &mut out).ok();
+    write_pickle_with(snap, &mut out, Options::default()).ok();
     out
 }
 
-/// Serializes into `out` (wrap files in a `BufWriter`).
+/// Serializes into `out` (wrap files in a `BufWriter`), laid out as PyTorch does.
 pub fn write_pickle(snap: &Snapshot, out: impl Write) -> io::Result<()> {
+    write_pickle_with(snap, out, Options::default())
+}
+
+/// Serializes into `out` with these options.
+pub fn write_pickle_with(snap: &Snapshot, out: impl Write, opts: Options) -> io::Result<()> {
     let mut w = Writer {
         out,
         snap,
+        opts,
         memo: 0,
         str_memo: vec![u32::MAX; snap.strings.len()],
         key_memo: [u32::MAX; KEY_NAMES.len()],
@@ -36,7 +56,18 @@ pub fn write_pickle(snap: &Snapshot, out: impl Write) -> io::Result<()> {
     w.out.flush()
 }
 
-const KEY_NAMES: [&str; 40] = [
+const KEY_NAMES: [&str; 51] = [
+    "alloc",
+    "free_requested",
+    "free_completed",
+    "free",
+    "segment_alloc",
+    "segment_free",
+    "segment_map",
+    "segment_unmap",
+    "snapshot",
+    "oom",
+    "annotate",
     "segments",
     "device_traces",
     "allocator_settings",
@@ -86,6 +117,7 @@ fn key_index(name: &str) -> usize {
 struct Writer<'a, O: Write> {
     out: O,
     snap: &'a Snapshot,
+    opts: Options,
     memo: u32,
     str_memo: Vec<u32>,
     key_memo: [u32; KEY_NAMES.len()],
@@ -301,7 +333,9 @@ impl<O: Write> Writer<'_, O> {
         }
         self.raw(b"]")?;
         let memo = self.memoize()?;
-        if let Some(slot) = self.stack_memo.get_mut(id.0 as usize) {
+        // PyTorch shares the empty list; every captured traceback gets its own list.
+        let shared = self.opts.share_stacks || self.snap.stacks.get(id).is_empty();
+        if let (true, Some(slot)) = (shared, self.stack_memo.get_mut(id.0 as usize)) {
             *slot = memo;
         }
         let snap = self.snap;
@@ -459,6 +493,9 @@ impl<O: Write> Writer<'_, O> {
     fn entry(&mut self, t: &Trace, i: usize) -> io::Result<()> {
         let e = t.entry(i);
         self.raw(b"}")?;
+        if !self.opts.share_stacks {
+            self.memoize()?;
+        }
         self.raw(&[MARK])?;
         self.key("action")?;
         match e.action {

@@ -45,6 +45,7 @@ pub struct Loaded {
 /// Reads a whole snapshot from memory.
 pub fn read(bytes: &[u8]) -> Result<Loaded, ReadError> {
     let mut l = Loader::new(Limits::default());
+    l.set_size_hint(bytes.len() as u64);
     l.feed(bytes)?;
     l.finish()
 }
@@ -55,6 +56,7 @@ pub struct Loader {
     consumed: u64,
     limits: Limits,
     nested: bool,
+    size_hint: Option<u64>,
 }
 
 enum State {
@@ -105,7 +107,13 @@ impl std::io::Write for Sink {
 impl Loader {
     /// A loader with these limits.
     pub fn new(limits: Limits) -> Self {
-        Loader { state: State::Detect(Vec::new()), consumed: 0, limits, nested: false }
+        Loader { state: State::Detect(Vec::new()), consumed: 0, limits, nested: false, size_hint: None }
+    }
+
+    /// Tells the reader how many bytes will be fed in all (a file's size), so it can reserve
+    /// memory once instead of growing it. Call before the first [`Loader::feed`].
+    pub fn set_size_hint(&mut self, total_bytes: u64) {
+        self.size_hint = Some(total_bytes);
     }
 
     /// Bytes fed so far (of the outer file, before decompression).
@@ -125,9 +133,19 @@ impl Loader {
     fn feed_inner(&mut self, chunk: &[u8]) -> Result<(), ReadError> {
         self.consumed += chunk.len() as u64;
         match &mut self.state {
+            State::Detect(prefix) if prefix.is_empty() => {
+                // Decide on the chunk itself when it is long enough, without copying it.
+                if let Some(next) = detect(chunk, false, self.nested, self.limits, self.size_hint)? {
+                    self.state = next;
+                    self.consumed -= chunk.len() as u64;
+                    return self.feed_inner(chunk);
+                }
+                prefix.extend_from_slice(chunk);
+                Ok(())
+            }
             State::Detect(prefix) => {
                 prefix.extend_from_slice(chunk);
-                if let Some(next) = detect(prefix, false, self.nested, self.limits)? {
+                if let Some(next) = detect(prefix, false, self.nested, self.limits, self.size_hint)? {
                     let prefix = std::mem::take(prefix);
                     self.state = next;
                     self.consumed -= prefix.len() as u64;
@@ -161,7 +179,7 @@ impl Loader {
     pub fn finish(mut self) -> Result<Loaded, ReadError> {
         let state = std::mem::replace(&mut self.state, State::Failed);
         match state {
-            State::Detect(prefix) => match detect(&prefix, true, self.nested, self.limits)? {
+            State::Detect(prefix) => match detect(&prefix, true, self.nested, self.limits, self.size_hint)? {
                 Some(next) => {
                     self.state = next;
                     self.consumed = 0;
@@ -202,7 +220,13 @@ fn gzip_error(sink: &mut Sink, e: std::io::Error, consumed: u64) -> ReadError {
 }
 
 /// Chooses a reader from the first bytes; `None` while more bytes are needed.
-fn detect(prefix: &[u8], at_end: bool, nested: bool, limits: Limits) -> Result<Option<State>, ReadError> {
+fn detect(
+    prefix: &[u8],
+    at_end: bool,
+    nested: bool,
+    limits: Limits,
+    size_hint: Option<u64>,
+) -> Result<Option<State>, ReadError> {
     let body = prefix.strip_prefix(b"\xef\xbb\xbf").unwrap_or(prefix);
     let start = body.iter().position(|b| !b.is_ascii_whitespace());
     let Some(start) = start else {
@@ -241,7 +265,7 @@ fn detect(prefix: &[u8], at_end: bool, nested: bool, limits: Limits) -> Result<O
         // Protocol 2+ starts with PROTO; protocols 0 and 1 with a container opcode, or with
         // GLOBAL when the pickle wants to run code (the VM then refuses it with a clear error).
         if first == 0x80 || (matches!(first, b'}' | b']' | b'(' | b')') && !looks_like_text(b)) || is_global(b) {
-            return Ok(Some(State::Pickle(Box::new(PickleState::new(limits)))));
+            return Ok(Some(State::Pickle(Box::new(PickleState::new(limits, size_hint)))));
         }
     }
     match first {
@@ -285,34 +309,50 @@ fn not_a_snapshot(prefix: &[u8]) -> ReadError {
 }
 
 impl PickleState {
-    fn new(limits: Limits) -> Self {
-        PickleState { vm: Vm::new(limits), buf: Vec::new(), base: 0, trailing: 0, trailing_non_nul: 0 }
+    fn new(limits: Limits, size_hint: Option<u64>) -> Self {
+        let mut vm = Vm::new(limits);
+        vm.size_hint = size_hint;
+        PickleState { vm, buf: Vec::new(), base: 0, trailing: 0, trailing_non_nul: 0 }
     }
 
-    fn feed(&mut self, chunk: &[u8]) -> Result<(), ReadError> {
+    fn feed(&mut self, mut chunk: &[u8]) -> Result<(), ReadError> {
         if self.vm.finished() {
             self.note_trailing(chunk);
             return Ok(());
         }
-        let rest: &[u8] = if self.buf.is_empty() {
-            let n = self.vm.run(chunk, self.base)?;
-            self.base += n as u64;
-            &chunk[n..]
-        } else {
-            self.buf.extend_from_slice(chunk);
+        // An opcode was cut by the previous chunk: complete it from the start of this one,
+        // copying only as much as it needs, then go on reading the chunk in place.
+        while !self.buf.is_empty() && !chunk.is_empty() {
+            let old = self.buf.len();
+            let take = chunk.len().min(old.max(1 << 16));
+            self.buf.extend_from_slice(&chunk[..take]);
             let n = self.vm.run(&self.buf, self.base)?;
             self.base += n as u64;
-            self.buf.drain(..n);
             if self.vm.finished() {
-                let tail = std::mem::take(&mut self.buf);
+                let tail = self.buf.split_off(n);
+                self.buf.clear();
                 self.note_trailing(&tail);
+                self.note_trailing(&chunk[take..]);
+                return Ok(());
             }
+            if n >= old {
+                self.buf.clear();
+                chunk = &chunk[n - old..];
+            } else {
+                // Still incomplete (n is 0): the new bytes stay buffered.
+                self.buf.drain(..n);
+                chunk = &chunk[take..];
+            }
+        }
+        if chunk.is_empty() {
             return Ok(());
-        };
+        }
+        let n = self.vm.run(chunk, self.base)?;
+        self.base += n as u64;
         if self.vm.finished() {
-            self.note_trailing(rest);
+            self.note_trailing(&chunk[n..]);
         } else {
-            self.buf.extend_from_slice(rest);
+            self.buf.extend_from_slice(&chunk[n..]);
         }
         Ok(())
     }

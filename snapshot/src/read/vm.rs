@@ -67,6 +67,10 @@ pub(crate) enum PVal {
     Obj(u32, u32),
     /// Row `i` of the rows of the list that holds this value.
     Row(u32),
+    /// A frames list already interned.
+    Stack(StackId),
+    /// A frame dict already interned.
+    Frame(FrameId),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,12 +79,18 @@ pub(crate) enum Kind {
     Dict,
     Tuple,
     Free,
+    /// A list interned as a stack; its items were released.
+    Stack(StackId),
+    /// A dict interned as a frame; its items were released.
+    Frame(FrameId),
 }
 
 pub(crate) struct Obj {
     pub kind: Kind,
     gen: u32,
     pub offset: u64,
+    /// The memo slot that last stored this object (`u32::MAX`: none).
+    memo: u32,
     /// Items; for a dict, keys and values alternate.
     pub items: Vec<PVal>,
     /// Trace entries appended to this list, packed by column.
@@ -120,8 +130,6 @@ pub(crate) struct Vm {
     pub bytes: Vec<Box<[u8]>>,
     pub frames: Vec<Frame>,
     pub stacks: Stacks,
-    frame_cache: Vec<(u32, u32)>,
-    stack_cache: Vec<(u32, u32)>,
     frame_dedup: FxHashMap<(StrId, StrId, i64), FrameId>,
     stack_dedup: HashTable<u32>,
     stack_buf: Vec<FrameId>,
@@ -133,8 +141,12 @@ pub(crate) struct Vm {
     pub limits: Limits,
     /// Set while converting JSON, where offsets are unknown.
     pub offset_known: bool,
+    /// Total input bytes, when the caller knows them: used to reserve trace columns once.
+    pub size_hint: Option<u64>,
 }
 
+#[cold]
+#[inline(never)]
 pub(crate) fn err(kind: ErrorKind, msg: impl Into<String>) -> ReadError {
     ReadError::new(kind, msg)
 }
@@ -278,8 +290,6 @@ impl Vm {
             bytes: Vec::new(),
             frames: Vec::new(),
             stacks: Stacks::default(),
-            frame_cache: Vec::new(),
-            stack_cache: Vec::new(),
             frame_dedup: FxHashMap::default(),
             stack_dedup: HashTable::new(),
             stack_buf: Vec::new(),
@@ -289,6 +299,7 @@ impl Vm {
             mem: 0,
             limits,
             offset_known: true,
+            size_hint: None,
         }
     }
 
@@ -320,12 +331,13 @@ impl Vm {
             o.kind = kind;
             o.gen = o.gen.wrapping_add(1);
             o.offset = offset;
+            o.memo = u32::MAX;
             o.items = items;
             o.rows = None;
             Ok(PVal::Obj(id, o.gen))
         } else {
             let id = u32::try_from(self.objs.len()).map_err(|_| err(ErrorKind::TooLarge, "too many objects").at(offset))?;
-            self.objs.push(Obj { kind, gen: 0, offset, items, rows: None });
+            self.objs.push(Obj { kind, gen: 0, offset, memo: u32::MAX, items, rows: None });
             Ok(PVal::Obj(id, 0))
         }
     }
@@ -333,13 +345,30 @@ impl Vm {
     fn recycle(&mut self, id: u32) {
         let o = &mut self.objs[id as usize];
         o.kind = Kind::Free;
-        let mut items = std::mem::take(&mut o.items);
         o.rows = None;
+        self.release_items(id);
+        self.free_objs.push(id);
+    }
+
+    fn release_items(&mut self, id: u32) {
+        let mut items = std::mem::take(&mut self.objs[id as usize].items);
         items.clear();
         if self.spare.len() < 4096 && items.capacity() <= 64 {
             self.spare.push(items);
         }
-        self.free_objs.push(id);
+    }
+
+    /// Collapses an interned frames list or frame dict to its id, releasing its items, and
+    /// points its memo slot at the id so later references skip the arena.
+    fn collapse(&mut self, id: u32, kind: Kind, interned: PVal) {
+        self.release_items(id);
+        let o = &mut self.objs[id as usize];
+        o.kind = kind;
+        if let Some(slot) = self.memo.get_mut(o.memo as usize) {
+            if matches!(*slot, PVal::Obj(i, g) if i == id && g == o.gen) {
+                *slot = interned;
+            }
+        }
     }
 
     /// The object behind a handle, or an error for a stale or foreign handle.
@@ -362,10 +391,12 @@ impl Vm {
             PVal::Str(_) => "str",
             PVal::Bytes(_) => "bytes",
             PVal::Row(_) => "trace entry",
+            PVal::Stack(_) => "list",
+            PVal::Frame(_) => "dict",
             PVal::Obj(..) => match self.obj(v) {
                 Some((_, o)) => match o.kind {
-                    Kind::List => "list",
-                    Kind::Dict => "dict",
+                    Kind::List | Kind::Stack(_) => "list",
+                    Kind::Dict | Kind::Frame(_) => "dict",
                     Kind::Tuple => "tuple",
                     Kind::Free => "consumed object",
                 },
@@ -378,7 +409,59 @@ impl Vm {
     /// until the next opcode is incomplete. Returns the bytes consumed.
     pub fn run(&mut self, data: &[u8], base: u64) -> Result<usize, ReadError> {
         let mut pos = 0;
-        while pos < data.len() && self.root.is_none() {
+        let n = data.len();
+        while pos < n && self.root.is_none() {
+            // The opcodes that make up almost all of a snapshot, handled without a call.
+            let o = data[pos];
+            match o {
+                op::BINGET if pos + 1 < n => {
+                    if let Some(&v) = self.memo.get(data[pos + 1] as usize) {
+                        self.stack.push(v);
+                        pos += 2;
+                        continue;
+                    }
+                }
+                op::LONG_BINGET if pos + 4 < n => {
+                    let idx = u32::from_le_bytes([data[pos + 1], data[pos + 2], data[pos + 3], data[pos + 4]]);
+                    if let Some(&v) = self.memo.get(idx as usize) {
+                        self.stack.push(v);
+                        pos += 5;
+                        continue;
+                    }
+                }
+                op::MARK => {
+                    self.marks.push(self.stack.len());
+                    pos += 1;
+                    continue;
+                }
+                op::BININT1 if pos + 1 < n => {
+                    self.stack.push(PVal::Int(i64::from(data[pos + 1])));
+                    pos += 2;
+                    continue;
+                }
+                op::BININT2 if pos + 2 < n => {
+                    self.stack.push(PVal::Int(i64::from(u16::from_le_bytes([data[pos + 1], data[pos + 2]]))));
+                    pos += 3;
+                    continue;
+                }
+                op::LONG1 if pos + 1 < n && data[pos + 1] <= 8 && pos + 2 + data[pos + 1] as usize <= n => {
+                    let len = data[pos + 1] as usize;
+                    let b = &data[pos + 2..pos + 2 + len];
+                    let v = if len == 0 {
+                        0
+                    } else {
+                        let mut buf = if b[len - 1] & 0x80 != 0 { [0xffu8; 8] } else { [0u8; 8] };
+                        buf[..len].copy_from_slice(b);
+                        i64::from_le_bytes(buf)
+                    };
+                    if len < 8 || v >= 0 {
+                        self.stack.push(PVal::Int(v));
+                        pos += 2 + len;
+                        continue;
+                    }
+                }
+                _ => {}
+            }
             match self.step(&data[pos..], base + pos as u64)? {
                 Step::Done(n) => pos += n,
                 Step::More => break,
@@ -448,6 +531,11 @@ impl Vm {
     fn memo_put(&mut self, idx: u64, offset: u64) -> Result<(), ReadError> {
         let v = self.top(offset)?;
         let len = self.memo.len() as u64;
+        if let PVal::Obj(id, _) = v {
+            if let Ok(m) = u32::try_from(idx) {
+                self.objs[id as usize].memo = m;
+            }
+        }
         if idx == len {
             self.memo.push(v);
             self.charge(16, offset)?;
@@ -703,6 +791,43 @@ impl Vm {
                     Some(&v) => v,
                     None => return Err(err(ErrorKind::Malformed, "APPENDS without a list").at(off)),
                 };
+                // Fast path: the last (or only) batch of a frames list whose frames are all
+                // known is interned straight from the stack. Python's pickler writes lists in
+                // batches of 1000, so a shorter batch into an empty list completes it.
+                if let Some((lid, o)) = self.obj(list) {
+                    let batch = &self.stack[m..];
+                    if o.kind == Kind::List
+                        && o.items.is_empty()
+                        && o.rows.is_none()
+                        && !batch.is_empty()
+                        && batch.len() < 1000
+                        && batch.iter().all(|v| matches!(v, PVal::Frame(_)))
+                    {
+                        let mut buf = std::mem::take(&mut self.stack_buf);
+                        buf.clear();
+                        buf.extend(batch.iter().map(|v| match v {
+                            PVal::Frame(f) => *f,
+                            _ => FrameId(0),
+                        }));
+                        let sid = self.intern_stack(&buf);
+                        self.stack_buf = buf;
+                        self.stack.truncate(m);
+                        self.collapse(lid, Kind::Stack(sid), PVal::Stack(sid));
+                        return Ok(Step::Done(1));
+                    }
+                }
+                // Fast path: plain items (interned frames, scalars) into a plain list.
+                if let Some((lid, o)) = self.obj(list) {
+                    let plain = o.kind == Kind::List
+                        && o.rows.is_none()
+                        && !self.stack[m..].iter().any(|v| matches!(v, PVal::Obj(..)));
+                    if plain {
+                        self.charge((self.stack.len() - m) as u64 * 16, off)?;
+                        self.objs[lid as usize].items.extend_from_slice(&self.stack[m..]);
+                        self.stack.truncate(m);
+                        return Ok(Step::Done(1));
+                    }
+                }
                 let mut items = std::mem::take(&mut self.scratch);
                 items.clear();
                 items.extend(self.stack.drain(m..));
@@ -727,12 +852,16 @@ impl Vm {
                 if (self.stack.len() - m) % 2 != 0 {
                     return Err(err(ErrorKind::Malformed, "SETITEMS with an odd number of items").at(off));
                 }
-                let mut items = std::mem::take(&mut self.scratch);
-                items.clear();
-                items.extend(self.stack.drain(m..));
-                let r = self.set_items(dict, &items, off);
-                self.scratch = items;
-                r?;
+                let id = match self.obj(dict) {
+                    Some((id, o)) if o.kind == Kind::Dict => id,
+                    _ => {
+                        let what = self.describe(dict);
+                        return Err(err(ErrorKind::Malformed, format!("SETITEMS on a {what}, not a dict")).at(off));
+                    }
+                };
+                self.charge((self.stack.len() - m) as u64 * 16, off)?;
+                self.objs[id as usize].items.extend_from_slice(&self.stack[m..]);
+                self.stack.truncate(m);
                 1
             }
             op::MEMOIZE => {
@@ -848,11 +977,24 @@ impl Vm {
     pub fn append(&mut self, list: PVal, item: PVal, off: u64) -> Result<(), ReadError> {
         let lid = match self.obj(list) {
             Some((id, o)) if o.kind == Kind::List => id,
+            Some((id, o)) if matches!(o.kind, Kind::Stack(_)) => {
+                let _ = o;
+                self.expand_stack(id);
+                id
+            }
             _ => {
                 let what = self.describe(list);
                 return Err(err(ErrorKind::Malformed, format!("APPEND to a {what}, not a list")).at(off));
             }
         };
+        if !matches!(item, PVal::Obj(..)) {
+            let l = &mut self.objs[lid as usize];
+            if l.rows.is_none() {
+                l.items.push(item);
+                self.mem += 16;
+                return Ok(());
+            }
+        }
         if let Some((did, d)) = self.obj(item) {
             let is_entry = d.kind == Kind::Dict
                 && d.items.iter().step_by(2).any(|k| matches!(k, PVal::Str(s) if s.0 == K_ACTION));
@@ -862,8 +1004,11 @@ impl Vm {
                 self.objs[did as usize].items = items;
                 if let Ok(entry) = entry {
                     self.charge(48, off)?;
+                    // Entries take 50 to 200 bytes: reserve for the rest of the input once,
+                    // rather than growing (and copying) the columns a dozen times.
+                    let reserve = self.size_hint.map_or(0, |h| (h.saturating_sub(off) / 64) as usize);
                     let l = &mut self.objs[lid as usize];
-                    let rows = l.rows.get_or_insert_with(Default::default);
+                    let rows = l.rows.get_or_insert_with(|| Box::new(Trace::with_capacity(reserve)));
                     let row = rows.len() as u32;
                     rows.push(&entry);
                     if !l.items.is_empty() {
@@ -1000,18 +1145,20 @@ impl Vm {
 
     /// The stack id of a frames list, interning its frames.
     pub fn stack_of(&mut self, v: PVal) -> Result<StackId, String> {
-        let Some((id, o)) = self.obj(v) else {
-            return Err(format!("a list of frames, found {}", self.describe(v)));
+        let id = match v {
+            PVal::Stack(s) => return Ok(s),
+            PVal::Obj(..) => match self.obj(v) {
+                Some((_, o)) if matches!(o.kind, Kind::Stack(_)) => {
+                    if let Kind::Stack(s) = o.kind {
+                        return Ok(s);
+                    }
+                    unreachable!()
+                }
+                Some((id, o)) if matches!(o.kind, Kind::List | Kind::Tuple) => id,
+                _ => return Err(format!("a list of frames, found {}", self.describe(v))),
+            },
+            _ => return Err(format!("a list of frames, found {}", self.describe(v))),
         };
-        if o.kind == Kind::Dict {
-            return Err("a list of frames, found dict".into());
-        }
-        let gen = o.gen;
-        if let Some(&(g, s)) = self.stack_cache.get(id as usize) {
-            if g == gen && s != 0 {
-                return Ok(StackId(s - 1));
-            }
-        }
         let items = std::mem::take(&mut self.objs[id as usize].items);
         let mut buf = std::mem::take(&mut self.stack_buf);
         buf.clear();
@@ -1020,40 +1167,61 @@ impl Vm {
             Ok::<(), String>(())
         });
         self.objs[id as usize].items = items;
-        r?;
-        let hash = FxBuildHasher.hash_one(&buf[..]);
-        let stacks = &mut self.stacks;
-        let sid = match self.stack_dedup.find(hash, |&s| stacks.get(StackId(s)) == &buf[..]) {
-            Some(&s) => StackId(s),
-            None => {
-                let s = stacks.push(&buf);
-                self.stack_dedup
-                    .insert_unique(hash, s.0, |&s| FxBuildHasher.hash_one(stacks.get(StackId(s))));
-                s
-            }
-        };
-        self.mem += buf.len() as u64 * 4 + 16;
-        self.stack_buf = buf;
-        if self.stack_cache.len() <= id as usize {
-            self.stack_cache.resize(id as usize + 1, (0, 0));
+        if let Err(e) = r {
+            self.stack_buf = buf;
+            return Err(e);
         }
-        self.stack_cache[id as usize] = (gen, sid.0 + 1);
+        let sid = self.intern_stack(&buf);
+        self.stack_buf = buf;
+        self.collapse(id, Kind::Stack(sid), PVal::Stack(sid));
         Ok(sid)
     }
 
-    fn frame_of(&mut self, v: PVal) -> Result<FrameId, String> {
-        let Some((id, o)) = self.obj(v) else {
-            return Err(format!("a frame dict, found {}", self.describe(v)));
-        };
-        if o.kind != Kind::Dict {
-            return Err(format!("a frame dict, found {}", self.describe(v)));
-        }
-        let gen = o.gen;
-        if let Some(&(g, f)) = self.frame_cache.get(id as usize) {
-            if g == gen && f != 0 {
-                return Ok(FrameId(f - 1));
+    fn intern_stack(&mut self, frames: &[FrameId]) -> StackId {
+        let hash = FxBuildHasher.hash_one(frames);
+        let stacks = &mut self.stacks;
+        match self.stack_dedup.find(hash, |&s| stacks.get(StackId(s)) == frames) {
+            Some(&s) => StackId(s),
+            None => {
+                let s = stacks.push(frames);
+                self.stack_dedup
+                    .insert_unique(hash, s.0, |&s| FxBuildHasher.hash_one(stacks.get(StackId(s))));
+                self.mem += frames.len() as u64 * 4 + 16;
+                s
             }
         }
+    }
+
+    /// Turns a collapsed frames list back into a plain list, for writers that append to a
+    /// list in several short batches.
+    fn expand_stack(&mut self, id: u32) {
+        let Kind::Stack(sid) = self.objs[id as usize].kind else { return };
+        let items: Vec<PVal> = self.stacks.get(sid).iter().map(|&f| PVal::Frame(f)).collect();
+        let o = &mut self.objs[id as usize];
+        o.kind = Kind::List;
+        o.items = items;
+        if let Some(slot) = self.memo.get_mut(o.memo as usize) {
+            if matches!(*slot, PVal::Stack(s) if s == sid) {
+                *slot = PVal::Obj(id, o.gen);
+            }
+        }
+    }
+
+    fn frame_of(&mut self, v: PVal) -> Result<FrameId, String> {
+        let id = match v {
+            PVal::Frame(f) => return Ok(f),
+            PVal::Obj(..) => match self.obj(v) {
+                Some((_, o)) if matches!(o.kind, Kind::Frame(_)) => {
+                    if let Kind::Frame(f) = o.kind {
+                        return Ok(f);
+                    }
+                    unreachable!()
+                }
+                Some((id, o)) if o.kind == Kind::Dict => id,
+                _ => return Err(format!("a frame dict, found {}", self.describe(v))),
+            },
+            _ => return Err(format!("a frame dict, found {}", self.describe(v))),
+        };
         let items = std::mem::take(&mut self.objs[id as usize].items);
         let r = self.frame_from_items(&items);
         self.objs[id as usize].items = items;
@@ -1074,10 +1242,7 @@ impl Vm {
             FrameId(self.frames.len() as u32 - 1)
         };
         self.mem += 48;
-        if self.frame_cache.len() <= id as usize {
-            self.frame_cache.resize(id as usize + 1, (0, 0));
-        }
-        self.frame_cache[id as usize] = (gen, fid.0 + 1);
+        self.collapse(id, Kind::Frame(fid), PVal::Frame(fid));
         Ok(fid)
     }
 
@@ -1120,6 +1285,8 @@ impl Vm {
             PVal::Str(s) => Value::Str(self.strings.get(s).into()),
             PVal::Bytes(b) => Value::Bytes(self.bytes.get(b as usize).cloned().unwrap_or_default()),
             PVal::Row(_) => return Err("a value, found a trace entry outside a trace".into()),
+            PVal::Stack(s) => Value::List(self.stacks.get(s).iter().map(|&f| self.frame_value(f)).collect()),
+            PVal::Frame(f) => self.frame_value(f),
             PVal::Obj(..) => {
                 let Some((_, o)) = self.obj(v) else {
                     return Err(format!("a value, found {}", self.describe(v)));
@@ -1131,6 +1298,8 @@ impl Vm {
                     items.iter().map(|&i| self.to_value(i, depth - 1, budget)).collect()
                 };
                 match o.kind {
+                    Kind::Stack(s) => return self.to_value(PVal::Stack(s), depth, budget),
+                    Kind::Frame(f) => return self.to_value(PVal::Frame(f), depth, budget),
                     Kind::Dict => {
                         let flat = conv(&o.items, budget)?;
                         let mut it = flat.into_iter();
@@ -1148,6 +1317,20 @@ impl Vm {
                 }
             }
         })
+    }
+}
+
+impl Vm {
+    fn frame_value(&self, f: FrameId) -> Value {
+        let Some(fr) = self.frames.get(f.0 as usize) else { return Value::None };
+        let s = |id: StrId| Value::Str(self.strings.get(id).into());
+        let mut items = vec![
+            (s(StrId(K_NAME)), s(fr.name)),
+            (s(StrId(K_FILENAME)), s(fr.filename)),
+            (s(StrId(K_LINE)), Value::Int(i128::from(fr.line))),
+        ];
+        items.extend(fr.extras.iter().map(|(k, v)| (s(*k), v.clone())));
+        Value::Dict(items)
     }
 }
 
