@@ -77,12 +77,15 @@ pub struct Timeline {
 
 const BLOCK: usize = 64;
 
-/// Elements of one power-of-two size class, indexed for stabbing queries.
+/// Elements of one power-of-two size class, indexed for stabbing queries and sweeps.
 #[derive(Clone, Debug, Default)]
 struct ClassIndex {
     /// Element ids sorted by start.
     ids: Vec<u32>,
     starts: Vec<u32>,
+    /// Element ids sorted by end.
+    by_end: Vec<u32>,
+    ends: Vec<u32>,
     /// Max-end segment tree over `ids` (leaves at `leaves..`).
     tree: Vec<u32>,
     leaves: usize,
@@ -92,6 +95,9 @@ impl ClassIndex {
     fn build(mut ids: Vec<u32>, elements: &[Element]) -> Self {
         ids.sort_by_key(|&i| elements[i as usize].start);
         let starts: Vec<u32> = ids.iter().map(|&i| elements[i as usize].start).collect();
+        let mut by_end = ids.clone();
+        by_end.sort_by_key(|&i| elements[i as usize].end);
+        let ends: Vec<u32> = by_end.iter().map(|&i| elements[i as usize].end).collect();
         let leaves = ids.len().next_power_of_two().max(1);
         let mut tree = vec![0u32; 2 * leaves];
         for (k, &i) in ids.iter().enumerate() {
@@ -100,7 +106,7 @@ impl ClassIndex {
         for k in (1..leaves).rev() {
             tree[k] = tree[2 * k].max(tree[2 * k + 1]);
         }
-        ClassIndex { ids, starts, tree, leaves }
+        ClassIndex { ids, starts, by_end, ends, tree, leaves }
     }
 
     /// Calls `f` for every element alive at `step`: start ≤ step < end.
@@ -148,7 +154,8 @@ pub struct LodQuery {
 pub struct Lod {
     /// One per pixel column.
     pub columns: Vec<LodColumn>,
-    /// Drawn bands, grouped by column, bottom to top.
+    /// Drawn bands: each is one element at one offset over a run of columns. A band ends
+    /// where its element ends or where something below it changes.
     pub bands: Vec<Band>,
 }
 
@@ -159,19 +166,21 @@ pub struct LodColumn {
     pub step: u32,
     /// Live bytes at that step.
     pub total_bytes: u64,
+    /// Bytes of the drawn elements (the summarized band sits on top of them).
+    pub drawn_bytes: u64,
     /// Bytes of elements too small to draw, stacked on top of the bands.
     pub summarized_bytes: u64,
-    /// Index of this column's first band in [`Lod::bands`].
-    pub first_band: u32,
-    /// Number of bands in this column.
-    pub n_bands: u32,
 }
 
-/// One element's extent in one column.
+/// One element at one offset over a run of columns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct Band {
     /// Element index.
     pub element: u32,
+    /// First column.
+    pub first_column: u32,
+    /// Last column (inclusive).
+    pub last_column: u32,
     /// Bytes below it.
     pub offset_bytes: u64,
     /// Its size.
@@ -518,7 +527,10 @@ impl Timeline {
         None
     }
 
-    /// Answers a level-of-detail query in time proportional to the bands returned.
+    /// Answers a level-of-detail query. Each column samples the step with the highest total
+    /// in its range; columns are swept left to right applying only what changed between
+    /// samples, so the cost follows the bands returned and the changes between columns, not
+    /// the length of the trace.
     pub fn lod(&self, q: &LodQuery) -> Lod {
         let mut out = Lod::default();
         let n = self.totals.len() as f64;
@@ -527,33 +539,120 @@ impl Timeline {
         if !(width.is_finite() && width > 0.0) {
             return out;
         }
+        let min_bytes = q.min_bytes.max(1);
+        // Per class: the index and two cursors (into `by_end` and into `ids` by start) that
+        // only move forward, since sampled steps increase from column to column.
+        let mut classes: Vec<(&ClassIndex, usize, usize)> =
+            self.classes[size_class(min_bytes)..].iter().filter(|c| !c.ids.is_empty()).map(|c| (c, 0, 0)).collect();
+        // Live drawn elements sorted by stacking order: (order, element, index of its open band).
+        let mut live: Vec<(u32, u32, usize)> = Vec::new();
+        let mut moved: Vec<(u32, u32, usize)> = Vec::new();
+        let mut prev: Option<u32> = None;
+        let mut changed: Vec<(u32, Option<u32>)> = Vec::new();
         for c in 0..cols {
             let lo = q.start + width * f64::from(c);
             let hi = lo + width;
             if hi <= 0.0 || lo >= n {
-                out.columns.push(LodColumn { step: 0, total_bytes: 0, summarized_bytes: 0, first_band: out.bands.len() as u32, n_bands: 0 });
+                // Outside the trace: an empty column closes every band.
+                for (_, _, band) in live.drain(..) {
+                    out.bands[band].last_column = c.saturating_sub(1);
+                }
+                prev = None;
+                out.columns.push(LodColumn { step: 0, total_bytes: 0, drawn_bytes: 0, summarized_bytes: 0 });
                 continue;
             }
             let a = lo.max(0.0).floor() as u32;
             let b = (hi.ceil().min(n) as u32).max(a + 1);
             let step = self.argmax_in(a, b);
-            let total = self.totals[step as usize];
-            let first = out.bands.len() as u32;
-            let mut offset = 0u64;
-            for id in self.live_at(step, q.min_bytes.max(1)) {
-                let size = self.elements[id as usize].size;
-                out.bands.push(Band { element: id, offset_bytes: offset, size_bytes: size });
-                offset += size;
+            changed.clear();
+            match prev {
+                Some(p) if p == step => {}
+                Some(p) => {
+                    // Ended in (p, step]: leave. Started in (p, step] and still alive: enter.
+                    for (ci, end_cur, start_cur) in &mut classes {
+                        while *end_cur < ci.ends.len() && ci.ends[*end_cur] <= step {
+                            let e = &self.elements[ci.by_end[*end_cur] as usize];
+                            if e.size >= min_bytes && e.start <= p {
+                                changed.push((e.order, None));
+                            }
+                            *end_cur += 1;
+                        }
+                        while *start_cur < ci.starts.len() && ci.starts[*start_cur] <= step {
+                            let id = ci.ids[*start_cur];
+                            let e = &self.elements[id as usize];
+                            if e.size >= min_bytes && e.end > step {
+                                changed.push((e.order, Some(id)));
+                            }
+                            *start_cur += 1;
+                        }
+                    }
+                }
+                None => {
+                    for (_, _, band) in live.drain(..) {
+                        out.bands[band].last_column = c.saturating_sub(1);
+                    }
+                    for (ci, end_cur, start_cur) in &mut classes {
+                        ci.stab(step, &mut |id| {
+                            let e = &self.elements[id as usize];
+                            if e.size >= min_bytes {
+                                changed.push((e.order, Some(id)));
+                            }
+                        });
+                        *end_cur = ci.ends.partition_point(|&e| e <= step);
+                        *start_cur = ci.starts.partition_point(|&s| s <= step);
+                    }
+                }
             }
-            out.columns.push(LodColumn {
-                step,
-                total_bytes: total,
-                summarized_bytes: total.saturating_sub(offset),
-                first_band: first,
-                n_bands: out.bands.len() as u32 - first,
-            });
+            if !changed.is_empty() {
+                // Everything at or above the lowest change moves: close those bands and lay
+                // them out again, merged with what entered and without what left.
+                changed.sort_unstable_by_key(|&(o, id)| (o, id.is_some()));
+                let split = live.partition_point(|&(o, _, _)| o < changed[0].0);
+                moved.clear();
+                moved.extend(live.drain(split..));
+                for &(_, _, band) in &moved {
+                    out.bands[band].last_column = c - 1;
+                }
+                let mut offset = live.last().map_or(0, |&(_, _, band)| out.bands[band].offset_bytes + out.bands[band].size_bytes);
+                let (mut i, mut j) = (0, 0);
+                while i < moved.len() || j < changed.len() {
+                    let (o, id) = if j >= changed.len() || (i < moved.len() && moved[i].0 < changed[j].0) {
+                        i += 1;
+                        (moved[i - 1].0, moved[i - 1].1)
+                    } else {
+                        j += 1;
+                        match changed[j - 1] {
+                            (o, Some(id)) => (o, id),
+                            (o, None) => {
+                                if i < moved.len() && moved[i].0 == o {
+                                    i += 1;
+                                }
+                                continue;
+                            }
+                        }
+                    };
+                    let size = self.elements[id as usize].size;
+                    out.bands.push(Band { element: id, first_column: c, last_column: c, offset_bytes: offset, size_bytes: size });
+                    live.push((o, id, out.bands.len() - 1));
+                    offset += size;
+                }
+            }
+            let drawn = live.last().map_or(0, |&(_, _, band)| out.bands[band].offset_bytes + out.bands[band].size_bytes);
+            let total = self.totals[step as usize];
+            out.columns.push(LodColumn { step, total_bytes: total, drawn_bytes: drawn, summarized_bytes: total.saturating_sub(drawn) });
+            prev = Some(step);
+        }
+        for (_, _, band) in live {
+            out.bands[band].last_column = cols - 1;
         }
         out
+    }
+
+    /// The drawn bands of column `c` of a [`Lod`], bottom to top (for tests and hit testing).
+    pub fn bands_in_column(lod: &Lod, c: u32) -> Vec<Band> {
+        let mut v: Vec<Band> = lod.bands.iter().filter(|b| b.first_column <= c && c <= b.last_column).copied().collect();
+        v.sort_by_key(|b| b.offset_bytes);
+        v
     }
 }
 

@@ -106,18 +106,21 @@ fn level_of_detail_bands_add_up_to_the_timeline_totals() {
             assert_eq!(lod.columns.len(), 1500);
             let col_max = lod.columns.iter().map(|c| c.total_bytes).max().unwrap();
             assert_eq!(col_max, *t.totals().iter().max().unwrap(), "{name}: the peak column is drawn");
-            for c in &lod.columns {
-                let bands = &lod.bands[c.first_band as usize..(c.first_band + c.n_bands) as usize];
+            assert!(lod.bands.iter().all(|b| b.size_bytes >= min_bytes && b.first_column <= b.last_column));
+            for (ci, c) in lod.columns.iter().enumerate() {
+                let bands = Timeline::bands_in_column(&lod, ci as u32);
                 let drawn: u64 = bands.iter().map(|b| b.size_bytes).sum();
+                assert_eq!(drawn, c.drawn_bytes, "{name} column {ci}");
                 assert_eq!(drawn + c.summarized_bytes, c.total_bytes, "{name} step {}", c.step);
-                assert!(bands.iter().all(|b| b.size_bytes >= min_bytes));
-                // Bands are stacked without gaps, bottom to top.
+                // Exactly the elements of at least min_bytes alive at the sampled step,
+                // stacked without gaps in their stacking order.
+                let expect = t.live_at(c.step, min_bytes);
+                let got: Vec<u32> = bands.iter().map(|b| b.element).collect();
+                assert_eq!(got, expect, "{name} column {ci}");
                 let mut off = 0;
-                for b in bands {
+                for b in &bands {
                     assert_eq!(b.offset_bytes, off);
                     off += b.size_bytes;
-                    let e = &t.elements()[b.element as usize];
-                    assert!(e.start <= c.step && c.step < e.end);
                 }
                 if let Some(b) = bands.last() {
                     assert_eq!(t.element_at(c.step, b.offset_bytes, min_bytes), Some(b.element));
