@@ -145,7 +145,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             r.with_context(|| format!("{}: cannot write", output.display()))?;
             let n: usize = snap.device_traces.iter().flatten().map(|t| t.len()).sum();
             let bytes = std::fs::metadata(&output).map(|m| m.len()).unwrap_or(0);
-            eprintln!("wrote {} ({bytes} bytes, {n} trace entries, {} segments)", output.display(), snap.segments.len());
+            eprintln!(
+                "wrote {} ({bytes} bytes, {n} trace entries, {} segments)",
+                output.display(),
+                snap.segments.len()
+            );
             Ok(())
         }
     }
@@ -165,7 +169,13 @@ fn print_stats(out: &mut impl std::io::Write, s: &snapshot::stats::Summary) -> s
         fs(s.free_external.into())
     )?;
     for d in &s.devices {
-        writeln!(out, "device {}: {} trace entries, {} reserved", d.device, d.trace_entries, fs(d.reserved_bytes.into()))?;
+        writeln!(
+            out,
+            "device {}: {} trace entries, {} reserved",
+            d.device,
+            d.trace_entries,
+            fs(d.reserved_bytes.into())
+        )?;
         for (name, t) in [("allocations", &d.timeline), ("segments", &d.segment_timeline)] {
             writeln!(
                 out,

@@ -589,10 +589,7 @@ impl Snapshot {
     /// The trace of `device` (empty when there is none).
     pub fn trace(&self, device: usize) -> &Trace {
         static EMPTY: std::sync::OnceLock<Trace> = std::sync::OnceLock::new();
-        self.device_traces
-            .as_ref()
-            .and_then(|t| t.get(device))
-            .unwrap_or_else(|| EMPTY.get_or_init(Trace::default))
+        self.device_traces.as_ref().and_then(|t| t.get(device)).unwrap_or_else(|| EMPTY.get_or_init(Trace::default))
     }
 
     /// Number of trace lists.

@@ -304,7 +304,8 @@ fn view(live: Live, after_entry: Option<u32>) -> AllocatorState {
         .collect();
     let mut orphan_blocks = Vec::new();
     for (&address, b) in &live.blocks {
-        let bv = BlockView { address, size: b.size, requested_size: b.requested, pending_free: b.pending, stack: b.stack };
+        let bv =
+            BlockView { address, size: b.size, requested_size: b.requested, pending_free: b.pending, stack: b.stack };
         let k = segments.partition_point(|s| s.address <= address);
         match k.checked_sub(1).map(|k| &mut segments[k]) {
             Some(s) if address < s.address + s.size => {
@@ -316,7 +317,13 @@ fn view(live: Live, after_entry: Option<u32>) -> AllocatorState {
         }
         let _ = b.entry;
     }
-    AllocatorState { after_entry, reserved_bytes: live.reserved, allocated_bytes: live.allocated, segments, orphan_blocks }
+    AllocatorState {
+        after_entry,
+        reserved_bytes: live.reserved,
+        allocated_bytes: live.allocated,
+        segments,
+        orphan_blocks,
+    }
 }
 
 /// Events as PyTorch's viewer lists them: a `free_requested` immediately followed by the

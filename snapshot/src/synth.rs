@@ -189,7 +189,10 @@ impl Allocator {
                 self.next_addr += seg_size.div_ceil(ROUND_LARGE) * ROUND_LARGE;
                 self.reserved += seg_size;
                 let mut blocks = BTreeMap::new();
-                blocks.insert(addr, SimBlock { size: seg_size, requested: 0, allocated: false, pending: false, stack: None });
+                blocks.insert(
+                    addr,
+                    SimBlock { size: seg_size, requested: 0, allocated: false, pending: false, stack: None },
+                );
                 self.segments.insert(addr, SimSegment { size: seg_size, small, stack, blocks });
                 self.record(Action::SegmentAlloc, Some(addr), seg_size, Some(stack), rng);
                 self.free_set(small).insert((seg_size, addr));
@@ -202,9 +205,13 @@ impl Allocator {
         let remaining = bsize - size;
         let split = if small { remaining >= MIN_BLOCK } else { remaining > SMALL_SIZE };
         let used = if split { size } else { bsize };
-        seg.blocks.insert(addr, SimBlock { size: used, requested, allocated: true, pending: false, stack: Some(stack) });
+        seg.blocks
+            .insert(addr, SimBlock { size: used, requested, allocated: true, pending: false, stack: Some(stack) });
         if split {
-            seg.blocks.insert(addr + size, SimBlock { size: remaining, requested: 0, allocated: false, pending: false, stack: None });
+            seg.blocks.insert(
+                addr + size,
+                SimBlock { size: remaining, requested: 0, allocated: false, pending: false, stack: None },
+            );
             self.free_set(small).insert((remaining, addr + size));
         }
         self.record(Action::Alloc, Some(addr), requested, Some(stack), rng);
@@ -304,9 +311,11 @@ impl Allocator {
                         extras: Vec::new(),
                     })
                     .collect();
-                let allocated: u64 = blocks.iter().filter(|b| b.state == BlockState::ActiveAllocated).map(|b| b.size).sum();
+                let allocated: u64 =
+                    blocks.iter().filter(|b| b.state == BlockState::ActiveAllocated).map(|b| b.size).sum();
                 let active: u64 = blocks.iter().filter(|b| b.state != BlockState::Inactive).map(|b| b.size).sum();
-                let requested: u64 = blocks.iter().filter(|b| b.state != BlockState::Inactive).filter_map(|b| b.requested_size).sum();
+                let requested: u64 =
+                    blocks.iter().filter(|b| b.state != BlockState::Inactive).filter_map(|b| b.requested_size).sum();
                 Segment {
                     device: self.device as i64,
                     address,
@@ -404,7 +413,11 @@ fn sites(snap: &mut Snapshot, layers: usize) -> Sites {
                 temp.push(id);
             }
         }
-        let acc = p.frame("??", 0, "torch::autograd::AccumulateGrad::apply(std::vector<at::Tensor, std::allocator<at::Tensor> >&&)");
+        let acc = p.frame(
+            "??",
+            0,
+            "torch::autograd::AccumulateGrad::apply(std::vector<at::Tensor, std::allocator<at::Tensor> >&&)",
+        );
         let engine = p.frame("/usr/lib/python3.11/site-packages/torch/autograd/graph.py", 825, "_engine_run_backward");
         let backward = p.frame("/usr/lib/python3.11/site-packages/torch/_tensor.py", 626, "backward");
         grad.push(p.stack(&[cpp[0], cpp[1], acc, engine, backward, step, train, main]));

@@ -80,15 +80,82 @@ const BLOCK: usize = 64;
 /// Elements of one power-of-two size class, indexed for stabbing queries and sweeps.
 #[derive(Clone, Debug, Default)]
 struct ClassIndex {
-    /// Element ids sorted by start.
+    /// Element ids sorted by start, their starts, and a max-end tree over that order.
     ids: Vec<u32>,
     starts: Vec<u32>,
-    /// Element ids sorted by end.
+    max_end: Vec<u32>,
+    /// Element ids sorted by end, their ends, and a min-start tree over that order.
     by_end: Vec<u32>,
     ends: Vec<u32>,
-    /// Max-end segment tree over `ids` (leaves at `leaves..`).
-    tree: Vec<u32>,
+    min_start: Vec<u32>,
     leaves: usize,
+}
+
+/// A segment tree over `leaves` values; `better(a, b)` is true when `a` should win.
+fn build_tree(values: impl Iterator<Item = u32>, leaves: usize, empty: u32, better: fn(u32, u32) -> bool) -> Vec<u32> {
+    let mut tree = vec![empty; 2 * leaves];
+    for (k, v) in values.enumerate() {
+        tree[leaves + k] = v;
+    }
+    for k in (1..leaves).rev() {
+        let (a, b) = (tree[2 * k], tree[2 * k + 1]);
+        tree[k] = if better(a, b) { a } else { b };
+    }
+    tree
+}
+
+/// Calls `f(i)` for every leaf `i` in `qlo..qhi` whose value passes `keep`, visiting only
+/// subtrees whose best value passes: O((k + 1) log n) for k hits.
+fn visit(
+    tree: &[u32],
+    node: usize,
+    lo: usize,
+    hi: usize,
+    q: (usize, usize),
+    keep: &impl Fn(u32) -> bool,
+    f: &mut impl FnMut(usize),
+) {
+    if hi <= q.0 || lo >= q.1 || !keep(tree[node]) {
+        return;
+    }
+    if hi - lo == 1 {
+        f(lo);
+        return;
+    }
+    let mid = (lo + hi) / 2;
+    visit(tree, 2 * node, lo, mid, q, keep, f);
+    visit(tree, 2 * node + 1, mid, hi, q, keep, f);
+}
+
+/// Like [`visit`] over the leaves `q.0..q.1`, but a short range is scanned directly: a
+/// sequential scan beats the descent until the range is long and mostly filtered out.
+fn visit_range(tree: &[u32], leaves: usize, q: (usize, usize), keep: &impl Fn(u32) -> bool, f: &mut impl FnMut(usize)) {
+    if q.1 <= q.0 {
+        return;
+    }
+    if q.1 - q.0 <= 512 {
+        for k in q.0..q.1 {
+            if keep(tree[leaves + k]) {
+                f(k);
+            }
+        }
+    } else {
+        visit(tree, 1, 0, leaves, q, keep, f);
+    }
+}
+
+/// The first index at or after `from` whose value exceeds `x` (values sorted), by galloping.
+fn gallop(v: &[u32], from: usize, x: u32) -> usize {
+    let mut step = 1;
+    let mut lo = from;
+    let mut hi = from;
+    while hi < v.len() && v[hi] <= x {
+        lo = hi + 1;
+        hi += step;
+        step *= 2;
+    }
+    let hi = hi.min(v.len());
+    lo + v[lo.min(hi)..hi].partition_point(|&e| e <= x)
 }
 
 impl ClassIndex {
@@ -99,35 +166,15 @@ impl ClassIndex {
         by_end.sort_by_key(|&i| elements[i as usize].end);
         let ends: Vec<u32> = by_end.iter().map(|&i| elements[i as usize].end).collect();
         let leaves = ids.len().next_power_of_two().max(1);
-        let mut tree = vec![0u32; 2 * leaves];
-        for (k, &i) in ids.iter().enumerate() {
-            tree[leaves + k] = elements[i as usize].end;
-        }
-        for k in (1..leaves).rev() {
-            tree[k] = tree[2 * k].max(tree[2 * k + 1]);
-        }
-        ClassIndex { ids, starts, by_end, ends, tree, leaves }
+        let max_end = build_tree(ids.iter().map(|&i| elements[i as usize].end), leaves, 0, |a, b| a > b);
+        let min_start = build_tree(by_end.iter().map(|&i| elements[i as usize].start), leaves, u32::MAX, |a, b| a < b);
+        ClassIndex { ids, starts, max_end, by_end, ends, min_start, leaves }
     }
 
     /// Calls `f` for every element alive at `step`: start ≤ step < end.
     fn stab(&self, step: u32, f: &mut impl FnMut(u32)) {
         let prefix = self.starts.partition_point(|&s| s <= step);
-        if prefix > 0 {
-            self.visit(1, 0, self.leaves, prefix, step, f);
-        }
-    }
-
-    fn visit(&self, node: usize, lo: usize, hi: usize, prefix: usize, step: u32, f: &mut impl FnMut(u32)) {
-        if lo >= prefix || self.tree[node] <= step {
-            return;
-        }
-        if hi - lo == 1 {
-            f(self.ids[lo]);
-            return;
-        }
-        let mid = (lo + hi) / 2;
-        self.visit(2 * node, lo, mid, prefix, step, f);
-        self.visit(2 * node + 1, mid, hi, prefix, step, f);
+        visit(&self.max_end, 1, 0, self.leaves, (0, prefix), &|end| end > step, &mut |k| f(self.ids[k]));
     }
 }
 
@@ -215,7 +262,15 @@ impl Timeline {
                     match trace.action(i) {
                         Action::Alloc => {
                             let id = elements.len() as u32;
-                            let e = new(trace.addr(i), trace.size(i), step, Origin::Traced, Some(i as u32), None, trace.frames(i));
+                            let e = new(
+                                trace.addr(i),
+                                trace.size(i),
+                                step,
+                                Origin::Traced,
+                                Some(i as u32),
+                                None,
+                                trace.frames(i),
+                            );
                             elements.push(e);
                             pending.insert(trace.addr(i), id);
                             allocs.push(id);
@@ -227,7 +282,15 @@ impl Timeline {
                                 e.free_entry = Some(i as u32);
                             }
                             None => {
-                                let mut e = new(trace.addr(i), trace.size(i), 0, Origin::UnmatchedFree, None, Some(i as u32), trace.frames(i));
+                                let mut e = new(
+                                    trace.addr(i),
+                                    trace.size(i),
+                                    0,
+                                    Origin::UnmatchedFree,
+                                    None,
+                                    Some(i as u32),
+                                    trace.frames(i),
+                                );
                                 e.end = step;
                                 initial.push(elements.len() as u32);
                                 elements.push(e);
@@ -271,7 +334,15 @@ impl Timeline {
                                     elements[id as usize].free_entry = Some(i as u32);
                                 }
                                 None => {
-                                    let mut e = new(addr, size, 0, Origin::UnmatchedFree, None, Some(i as u32), trace.frames(i));
+                                    let mut e = new(
+                                        addr,
+                                        size,
+                                        0,
+                                        Origin::UnmatchedFree,
+                                        None,
+                                        Some(i as u32),
+                                        trace.frames(i),
+                                    );
                                     e.end = step;
                                     initial.push(elements.len() as u32);
                                     elements.push(e);
@@ -290,7 +361,8 @@ impl Timeline {
                             }
                             if hit.is_empty() {
                                 let step = step_entry.len() as u32;
-                                let mut e = new(addr, size, 0, Origin::UnmatchedFree, None, Some(i as u32), trace.frames(i));
+                                let mut e =
+                                    new(addr, size, 0, Origin::UnmatchedFree, None, Some(i as u32), trace.frames(i));
                                 e.end = step;
                                 initial.push(elements.len() as u32);
                                 elements.push(e);
@@ -309,7 +381,15 @@ impl Timeline {
                                         let nid = elements.len() as u32;
                                         let step = step_entry.len() as u32;
                                         let stack = elements[id as usize].stack;
-                                        elements.push(new(lo, hi - lo, step, Origin::Traced, Some(i as u32), None, stack));
+                                        elements.push(new(
+                                            lo,
+                                            hi - lo,
+                                            step,
+                                            Origin::Traced,
+                                            Some(i as u32),
+                                            None,
+                                            stack,
+                                        ));
                                         pending.insert(lo, nid);
                                         allocs.push(nid);
                                         step_entry.push(i as u32);
@@ -324,10 +404,8 @@ impl Timeline {
                 for (si, seg) in snap.segments.iter().enumerate().filter(|(_, s)| s.device == device as i64) {
                     let size = if seg.is_expandable == Some(true) {
                         let end = seg.address.saturating_add(seg.total_size);
-                        let covered: u64 = pending
-                            .range(seg.address..end)
-                            .map(|(_, &id)| elements[id as usize].size)
-                            .sum();
+                        let covered: u64 =
+                            pending.range(seg.address..end).map(|(_, &id)| elements[id as usize].size).sum();
                         seg.total_size.saturating_sub(covered)
                     } else if pending.contains_key(&seg.address) {
                         0
@@ -383,11 +461,7 @@ impl Timeline {
                 run.max(0) as u64
             })
             .collect();
-        let block_argmax = totals
-            .chunks(BLOCK)
-            .enumerate()
-            .map(|(b, c)| (b * BLOCK + argmax(c)) as u32)
-            .collect();
+        let block_argmax = totals.chunks(BLOCK).enumerate().map(|(b, c)| (b * BLOCK + argmax(c)) as u32).collect();
         let mut by_class: Vec<Vec<u32>> = vec![Vec::new(); 65];
         for (i, e) in elements.iter().enumerate() {
             by_class[size_class(e.size)].push(i as u32);
@@ -540,8 +614,8 @@ impl Timeline {
             return out;
         }
         let min_bytes = q.min_bytes.max(1);
-        // Per class: the index and two cursors (into `by_end` and into `ids` by start) that
-        // only move forward, since sampled steps increase from column to column.
+        // Per class: the index and two cursors (into the end order and the start order)
+        // that only move forward, since sampled steps increase from column to column.
         let mut classes: Vec<(&ClassIndex, usize, usize)> =
             self.classes[size_class(min_bytes)..].iter().filter(|c| !c.ids.is_empty()).map(|c| (c, 0, 0)).collect();
         // Live drawn elements sorted by stacking order: (order, element, index of its open band).
@@ -568,23 +642,27 @@ impl Timeline {
             match prev {
                 Some(p) if p == step => {}
                 Some(p) => {
-                    // Ended in (p, step]: leave. Started in (p, step] and still alive: enter.
+                    // Left: alive at p, ended in (p, step]. Entered: started in (p, step] and
+                    // alive at step. Both are tree descents limited to the elements that
+                    // really changed, so an element living between two samples costs nothing.
                     for (ci, end_cur, start_cur) in &mut classes {
-                        while *end_cur < ci.ends.len() && ci.ends[*end_cur] <= step {
-                            let e = &self.elements[ci.by_end[*end_cur] as usize];
-                            if e.size >= min_bytes && e.start <= p {
+                        let end_to = gallop(&ci.ends, *end_cur, step);
+                        visit_range(&ci.min_start, ci.leaves, (*end_cur, end_to), &|start| start <= p, &mut |k| {
+                            let e = &self.elements[ci.by_end[k] as usize];
+                            if e.size >= min_bytes {
                                 changed.push((e.order, None));
                             }
-                            *end_cur += 1;
-                        }
-                        while *start_cur < ci.starts.len() && ci.starts[*start_cur] <= step {
-                            let id = ci.ids[*start_cur];
+                        });
+                        *end_cur = end_to;
+                        let start_to = gallop(&ci.starts, *start_cur, step);
+                        visit_range(&ci.max_end, ci.leaves, (*start_cur, start_to), &|end| end > step, &mut |k| {
+                            let id = ci.ids[k];
                             let e = &self.elements[id as usize];
-                            if e.size >= min_bytes && e.end > step {
+                            if e.size >= min_bytes {
                                 changed.push((e.order, Some(id)));
                             }
-                            *start_cur += 1;
-                        }
+                        });
+                        *start_cur = start_to;
                     }
                 }
                 None => {
@@ -613,7 +691,8 @@ impl Timeline {
                 for &(_, _, band) in &moved {
                     out.bands[band].last_column = c - 1;
                 }
-                let mut offset = live.last().map_or(0, |&(_, _, band)| out.bands[band].offset_bytes + out.bands[band].size_bytes);
+                let mut offset =
+                    live.last().map_or(0, |&(_, _, band)| out.bands[band].offset_bytes + out.bands[band].size_bytes);
                 let (mut i, mut j) = (0, 0);
                 while i < moved.len() || j < changed.len() {
                     let (o, id) = if j >= changed.len() || (i < moved.len() && moved[i].0 < changed[j].0) {
@@ -632,14 +711,26 @@ impl Timeline {
                         }
                     };
                     let size = self.elements[id as usize].size;
-                    out.bands.push(Band { element: id, first_column: c, last_column: c, offset_bytes: offset, size_bytes: size });
+                    out.bands.push(Band {
+                        element: id,
+                        first_column: c,
+                        last_column: c,
+                        offset_bytes: offset,
+                        size_bytes: size,
+                    });
                     live.push((o, id, out.bands.len() - 1));
                     offset += size;
                 }
             }
-            let drawn = live.last().map_or(0, |&(_, _, band)| out.bands[band].offset_bytes + out.bands[band].size_bytes);
+            let drawn =
+                live.last().map_or(0, |&(_, _, band)| out.bands[band].offset_bytes + out.bands[band].size_bytes);
             let total = self.totals[step as usize];
-            out.columns.push(LodColumn { step, total_bytes: total, drawn_bytes: drawn, summarized_bytes: total.saturating_sub(drawn) });
+            out.columns.push(LodColumn {
+                step,
+                total_bytes: total,
+                drawn_bytes: drawn,
+                summarized_bytes: total.saturating_sub(drawn),
+            });
             prev = Some(step);
         }
         for (_, _, band) in live {
@@ -650,7 +741,8 @@ impl Timeline {
 
     /// The drawn bands of column `c` of a [`Lod`], bottom to top (for tests and hit testing).
     pub fn bands_in_column(lod: &Lod, c: u32) -> Vec<Band> {
-        let mut v: Vec<Band> = lod.bands.iter().filter(|b| b.first_column <= c && c <= b.last_column).copied().collect();
+        let mut v: Vec<Band> =
+            lod.bands.iter().filter(|b| b.first_column <= c && c <= b.last_column).copied().collect();
         v.sort_by_key(|b| b.offset_bytes);
         v
     }

@@ -9,17 +9,11 @@ use crate::model::{Action, Annotation, Block, BlockState, FrameId, Root, Segment
 use crate::value::Value;
 
 /// How to lay out the pickle.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct Options {
     /// Write each stack list once and refer to it afterwards (smaller). Off, every trace
     /// entry and block gets its own list of shared frame dicts, as PyTorch writes them.
     pub share_stacks: bool,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Options { share_stacks: false }
-    }
 }
 
 /// Serializes to a byte vector, laid out as PyTorch does.
@@ -153,7 +147,7 @@ impl<O: Write> Writer<'_, O> {
         if n < 256 {
             self.raw(&[0x8c, n as u8])?;
         } else if n <= u32::MAX as usize {
-            self.raw(&[b'X'])?;
+            self.raw(b"X")?;
             self.raw(&(n as u32).to_le_bytes())?;
         } else {
             self.raw(&[0x8d])?;
@@ -197,7 +191,7 @@ impl<O: Write> Writer<'_, O> {
             let b = (v as u16).to_le_bytes();
             self.raw(&[b'M', b[0], b[1]])
         } else if i32::try_from(v).is_ok() {
-            self.raw(&[b'J'])?;
+            self.raw(b"J")?;
             self.raw(&(v as i32).to_le_bytes())
         } else {
             let bytes = v.to_le_bytes();
@@ -271,10 +265,14 @@ impl<O: Write> Writer<'_, O> {
         }
     }
 
-    fn list_items<T>(&mut self, items: impl Iterator<Item = T>, mut f: impl FnMut(&mut Self, T) -> io::Result<()>) -> io::Result<()> {
+    fn list_items<T>(
+        &mut self,
+        items: impl Iterator<Item = T>,
+        mut f: impl FnMut(&mut Self, T) -> io::Result<()>,
+    ) -> io::Result<()> {
         let mut n = 0usize;
         for x in items {
-            if n % BATCH == 0 {
+            if n.is_multiple_of(BATCH) {
                 if n > 0 {
                     self.raw(b"e")?;
                 }
@@ -389,7 +387,9 @@ impl<O: Write> Writer<'_, O> {
         self.u(s.address)?;
         self.key("total_size")?;
         self.u(s.total_size)?;
-        for (name, v) in [("allocated_size", s.allocated_size), ("active_size", s.active_size), ("requested_size", s.requested_size)] {
+        for (name, v) in
+            [("allocated_size", s.allocated_size), ("active_size", s.active_size), ("requested_size", s.requested_size)]
+        {
             if let Some(v) = v {
                 self.key(name)?;
                 self.u(v)?;
@@ -518,7 +518,9 @@ impl<O: Write> Writer<'_, O> {
             self.key("time_us")?;
             self.int(i128::from(tu))?;
         }
-        for (name, v) in [("compile_context", e.compile_context), ("user_metadata", e.user_metadata), ("category", e.category)] {
+        for (name, v) in
+            [("compile_context", e.compile_context), ("user_metadata", e.user_metadata), ("category", e.category)]
+        {
             if let Some(v) = v {
                 self.key(name)?;
                 self.sid(v)?;

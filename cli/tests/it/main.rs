@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! Runs the real `memscape` binary on every corpus file and compares with the figures
 //! PyTorch's own code computed (`shared/corpus/expected/`).
 
@@ -66,7 +67,7 @@ fn stats_json_equals_pytorch_figures_for_every_corpus_file() {
             let ours_listed: Vec<u64> = our_devices.iter().map(|d| d["device"].as_u64().unwrap()).collect();
             assert_eq!(ours_listed, with_segments, "{name}: devices with segments");
         }
-        let map_unmap = exp["raw_device_traces"].as_object().map_or(false, |t| {
+        let map_unmap = exp["raw_device_traces"].as_object().is_some_and(|t| {
             t.values().any(|d| d["actions"].get("segment_map").is_some() || d["actions"].get("segment_unmap").is_some())
         });
         for d in our_devices {

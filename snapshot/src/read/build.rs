@@ -15,9 +15,7 @@ struct Builder<'a> {
 
 /// Builds the model from a finished VM.
 pub(crate) fn build(mut vm: Vm) -> Result<(Snapshot, Vec<Warning>), ReadError> {
-    let root = vm
-        .root
-        .ok_or_else(|| ReadError::new(ErrorKind::Truncated, "the pickle ends before its STOP opcode"))?;
+    let root = vm.root.ok_or_else(|| ReadError::new(ErrorKind::Truncated, "the pickle ends before its STOP opcode"))?;
     let stop = vm.stop_offset;
     let mut b = Builder { vm: &mut vm, unknown: BTreeMap::new() };
     let mut snap = Snapshot::default();
@@ -39,11 +37,7 @@ pub(crate) fn build(mut vm: Vm) -> Result<(Snapshot, Vec<Warning>), ReadError> {
             .at(stop))
         }
     }
-    let warnings = b
-        .unknown
-        .into_iter()
-        .map(|(message, count)| Warning { message, count })
-        .collect();
+    let warnings = b.unknown.into_iter().map(|(message, count)| Warning { message, count }).collect();
     snap.strings = std::mem::take(&mut vm.strings);
     snap.frames = std::mem::take(&mut vm.frames);
     snap.stacks = std::mem::take(&mut vm.stacks);
@@ -115,7 +109,11 @@ impl Builder<'_> {
         snap.device_traces = None;
         let items = self.dict(root, "the snapshot")?;
         if !items.iter().any(|&(k, _)| matches!(self.key(k), "segments" | "device_traces")) {
-            return Err(self.fail(root, "the snapshot", "not a memory snapshot: a dict without `segments` or `device_traces`"));
+            return Err(self.fail(
+                root,
+                "the snapshot",
+                "not a memory snapshot: a dict without `segments` or `device_traces`",
+            ));
         }
         for (k, v) in items {
             match self.key(k) {
@@ -166,8 +164,8 @@ impl Builder<'_> {
                 },
                 _ => {
                     let Some((eid, eo)) = self.vm.obj(it).filter(|(_, o)| o.kind == Kind::Dict) else {
-                        let e = schema(format!("expected a trace entry dict, found {}", self.vm.describe(it)))
-                            .path(here());
+                        let e =
+                            schema(format!("expected a trace entry dict, found {}", self.vm.describe(it))).path(here());
                         return Err(if self.vm.offset_known { e.at(offset) } else { e });
                     };
                     let _ = eo;
@@ -247,7 +245,8 @@ impl Builder<'_> {
                 "segment_type" => s.segment_type = Some(self.field(v, path, k, vm.as_str(x))?),
                 "segment_pool_id" => s.segment_pool_id = Some(self.field(v, path, k, vm.as_pool(x))?),
                 "is_expandable" => {
-                    s.is_expandable = Some(self.field(v, path, k, vm.as_i128(x).map(|i| i != 0).ok_or("a bool".into()))?)
+                    s.is_expandable =
+                        Some(self.field(v, path, k, vm.as_i128(x).map(|i| i != 0).ok_or("a bool".into()))?)
                 }
                 "frames" => s.frames = Some(self.stack(v, path, k, x)?),
                 "blocks" => {

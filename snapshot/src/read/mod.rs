@@ -196,7 +196,9 @@ impl Loader {
                 }
                 let sink = match dec.finish() {
                     Ok(s) => s,
-                    Err(e) => return Err(gzip_error(&mut Sink { inner: Loader::new(self.limits), error: None }, e, consumed)),
+                    Err(e) => {
+                        return Err(gzip_error(&mut Sink { inner: Loader::new(self.limits), error: None }, e, consumed))
+                    }
                 };
                 if let Some(e) = sink.error {
                     return Err(e.layer("gzip payload"));
@@ -462,7 +464,8 @@ fn read_html(data: &[u8], limits: Limits) -> Result<Loaded, ReadError> {
     let html_err = |m: String| ReadError::new(ErrorKind::NotASnapshot, m);
     let Some(at) = find(data, MARKER) else {
         return Err(html_err(
-            "an HTML page without an embedded snapshot (no `const local_files = [...]` as written by _memory_viz.py)".into(),
+            "an HTML page without an embedded snapshot (no `const local_files = [...]` as written by _memory_viz.py)"
+                .into(),
         ));
     };
     let after = &data[at + MARKER.len()..];
@@ -485,7 +488,9 @@ fn read_html(data: &[u8], limits: Limits) -> Result<Loaded, ReadError> {
         return Err(html_err("`local_files` holds no snapshot".into()).at(json_start as u64));
     };
     let Some(b64) = first.get("base64").and_then(|b| b.as_str()) else {
-        return Err(ReadError::new(ErrorKind::Malformed, "`local_files[0]` has no `base64` string").at(json_start as u64));
+        return Err(
+            ReadError::new(ErrorKind::Malformed, "`local_files[0]` has no `base64` string").at(json_start as u64)
+        );
     };
     let engine = base64::engine::GeneralPurpose::new(
         &base64::alphabet::STANDARD,
@@ -494,9 +499,10 @@ fn read_html(data: &[u8], limits: Limits) -> Result<Loaded, ReadError> {
             .with_decode_allow_trailing_bits(true),
     );
     let cleaned: Vec<u8> = b64.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
-    let payload = engine
-        .decode(&cleaned)
-        .map_err(|e| ReadError::new(ErrorKind::Malformed, format!("`local_files[0].base64` is not valid base64: {e}")).at(json_start as u64))?;
+    let payload = engine.decode(&cleaned).map_err(|e| {
+        ReadError::new(ErrorKind::Malformed, format!("`local_files[0].base64` is not valid base64: {e}"))
+            .at(json_start as u64)
+    })?;
     let mut inner = Loader::new(limits);
     inner.nested = true;
     let layer = "HTML page's local_files[0]";

@@ -336,7 +336,8 @@ impl Vm {
             o.rows = None;
             Ok(PVal::Obj(id, o.gen))
         } else {
-            let id = u32::try_from(self.objs.len()).map_err(|_| err(ErrorKind::TooLarge, "too many objects").at(offset))?;
+            let id =
+                u32::try_from(self.objs.len()).map_err(|_| err(ErrorKind::TooLarge, "too many objects").at(offset))?;
             self.objs.push(Obj { kind, gen: 0, offset, memo: u32::MAX, items, rows: None });
             Ok(PVal::Obj(id, 0))
         }
@@ -674,7 +675,9 @@ impl Vm {
                 need!(4);
                 let n = i32::from_le_bytes([d[1], d[2], d[3], d[4]]);
                 if !(0..=16).contains(&n) {
-                    return Err(err(ErrorKind::Unsupported, format!("LONG4 of {n} bytes (at most 16 are read)")).at(off));
+                    return Err(
+                        err(ErrorKind::Unsupported, format!("LONG4 of {n} bytes (at most 16 are read)")).at(off)
+                    );
                 }
                 let n = n as usize;
                 need!(4 + n);
@@ -791,30 +794,10 @@ impl Vm {
                     Some(&v) => v,
                     None => return Err(err(ErrorKind::Malformed, "APPENDS without a list").at(off)),
                 };
-                // Fast path: the last (or only) batch of a frames list whose frames are all
-                // known is interned straight from the stack. Python's pickler writes lists in
-                // batches of 1000, so a shorter batch into an empty list completes it.
-                if let Some((lid, o)) = self.obj(list) {
-                    let batch = &self.stack[m..];
-                    if o.kind == Kind::List
-                        && o.items.is_empty()
-                        && o.rows.is_none()
-                        && !batch.is_empty()
-                        && batch.len() < 1000
-                        && batch.iter().all(|v| matches!(v, PVal::Frame(_)))
-                    {
-                        let mut buf = std::mem::take(&mut self.stack_buf);
-                        buf.clear();
-                        buf.extend(batch.iter().map(|v| match v {
-                            PVal::Frame(f) => *f,
-                            _ => FrameId(0),
-                        }));
-                        let sid = self.intern_stack(&buf);
-                        self.stack_buf = buf;
-                        self.stack.truncate(m);
-                        self.collapse(lid, Kind::Stack(sid), PVal::Stack(sid));
-                        return Ok(Step::Done(1));
-                    }
+                // The last (or only) batch of a frames list: intern it now, straight from the
+                // stack, and free its arena slots (see `intern_frames_batch`).
+                if self.intern_frames_batch(list, m) {
+                    return Ok(Step::Done(1));
                 }
                 // Fast path: plain items (interned frames, scalars) into a plain list.
                 if let Some((lid, o)) = self.obj(list) {
@@ -849,7 +832,7 @@ impl Vm {
                     Some(&v) => v,
                     None => return Err(err(ErrorKind::Malformed, "SETITEMS without a dict").at(off)),
                 };
-                if (self.stack.len() - m) % 2 != 0 {
+                if !(self.stack.len() - m).is_multiple_of(2) {
                     return Err(err(ErrorKind::Malformed, "SETITEMS with an odd number of items").at(off));
                 }
                 let id = match self.obj(dict) {
@@ -940,7 +923,7 @@ impl Vm {
         let r = match kind {
             Kind::List => items.iter().try_for_each(|&it| self.append(v, it, off)),
             Kind::Dict => {
-                if items.len() % 2 != 0 {
+                if !items.len().is_multiple_of(2) {
                     Err(err(ErrorKind::Malformed, "DICT with an odd number of items").at(off))
                 } else {
                     self.set_items(v, &items, off)
@@ -996,8 +979,8 @@ impl Vm {
             }
         }
         if let Some((did, d)) = self.obj(item) {
-            let is_entry = d.kind == Kind::Dict
-                && d.items.iter().step_by(2).any(|k| matches!(k, PVal::Str(s) if s.0 == K_ACTION));
+            let is_entry =
+                d.kind == Kind::Dict && d.items.iter().step_by(2).any(|k| matches!(k, PVal::Str(s) if s.0 == K_ACTION));
             if is_entry {
                 let items = std::mem::take(&mut self.objs[did as usize].items);
                 let entry = self.entry_from_items(&items);
@@ -1043,10 +1026,9 @@ impl Vm {
         match v {
             PVal::Int(i) if i >= 0 => Ok(i as u64),
             PVal::Bool(b) => Ok(u64::from(b)),
-            PVal::Big(_) => self
-                .as_i128(v)
-                .and_then(|i| u64::try_from(i).ok())
-                .ok_or_else(|| "an int outside 0..2^64".to_string()),
+            PVal::Big(_) => {
+                self.as_i128(v).and_then(|i| u64::try_from(i).ok()).ok_or_else(|| "an int outside 0..2^64".to_string())
+            }
             PVal::Int(i) => Err(format!("a non-negative int, found {i}")),
             other => Err(format!("an int, found {}", self.describe(other))),
         }
@@ -1177,6 +1159,69 @@ impl Vm {
         Ok(sid)
     }
 
+    /// Python's pickler writes a list in batches of 1000, so a shorter batch into an empty
+    /// list completes it. When such a batch holds only frames (interned ones, or dicts with
+    /// frame keys), the list is interned as a stack here, and the handle that is still on the
+    /// stack is replaced by the stack id. With the memo slot rewritten too, nothing refers to
+    /// the list or to its new frame dicts any more, so their arena slots are recycled: a
+    /// snapshot's millions of per-entry frames lists cost no arena memory.
+    fn intern_frames_batch(&mut self, list: PVal, m: usize) -> bool {
+        let Some((lid, o)) = self.obj(list) else { return false };
+        let batch = &self.stack[m..];
+        if o.kind != Kind::List || !o.items.is_empty() || o.rows.is_some() || batch.is_empty() || batch.len() >= 1000 {
+            return false;
+        }
+        let all_frames = batch.iter().all(|&v| match v {
+            PVal::Frame(_) => true,
+            PVal::Obj(..) => self.obj(v).is_some_and(|(_, d)| match d.kind {
+                Kind::Frame(_) => true,
+                Kind::Dict => is_frame_dict(&d.items, &self.strings),
+                _ => false,
+            }),
+            _ => false,
+        });
+        if !all_frames || m == 0 || !matches!(self.stack[m - 1], PVal::Obj(i, _) if i == lid) {
+            return false;
+        }
+        let mut buf = std::mem::take(&mut self.stack_buf);
+        buf.clear();
+        let mut fresh: Vec<u32> = Vec::new();
+        for k in m..self.stack.len() {
+            let v = self.stack[k];
+            let fid = match v {
+                PVal::Frame(f) => f,
+                _ => match self.frame_of(v) {
+                    Ok(f) => {
+                        if let PVal::Obj(id, _) = v {
+                            fresh.push(id);
+                        }
+                        f
+                    }
+                    Err(_) => {
+                        // Not a frame after all: leave the list to the general path.
+                        self.stack_buf = buf;
+                        return false;
+                    }
+                },
+            };
+            buf.push(fid);
+        }
+        let sid = self.intern_stack(&buf);
+        self.stack_buf = buf;
+        self.stack.truncate(m);
+        self.stack[m - 1] = PVal::Stack(sid);
+        self.collapse(lid, Kind::Stack(sid), PVal::Stack(sid));
+        self.recycle(lid);
+        fresh.sort_unstable();
+        fresh.dedup();
+        for id in fresh {
+            if matches!(self.objs[id as usize].kind, Kind::Frame(_)) {
+                self.recycle(id);
+            }
+        }
+        true
+    }
+
     fn intern_stack(&mut self, frames: &[FrameId]) -> StackId {
         let hash = FxBuildHasher.hash_one(frames);
         let stacks = &mut self.stacks;
@@ -1184,8 +1229,7 @@ impl Vm {
             Some(&s) => StackId(s),
             None => {
                 let s = stacks.push(frames);
-                self.stack_dedup
-                    .insert_unique(hash, s.0, |&s| FxBuildHasher.hash_one(stacks.get(StackId(s))));
+                self.stack_dedup.insert_unique(hash, s.0, |&s| FxBuildHasher.hash_one(stacks.get(StackId(s))));
                 self.mem += frames.len() as u64 * 4 + 16;
                 s
             }
@@ -1332,6 +1376,21 @@ impl Vm {
         items.extend(fr.extras.iter().map(|(k, v)| (s(*k), v.clone())));
         Value::Dict(items)
     }
+}
+
+/// A dict whose keys are those of a stack frame (`name`, `filename`, `line`, FX extras).
+fn is_frame_dict(items: &[PVal], strings: &Strings) -> bool {
+    let mut has_location = false;
+    for k in items.iter().step_by(2) {
+        let PVal::Str(s) = *k else { return false };
+        match s.0 {
+            K_FILENAME | K_LINE => has_location = true,
+            K_NAME => {}
+            _ if strings.get(s).starts_with("fx_") => {}
+            _ => return false,
+        }
+    }
+    has_location
 }
 
 fn latin1(b: &[u8]) -> Vec<u8> {

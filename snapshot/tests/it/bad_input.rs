@@ -24,7 +24,11 @@ fn pickle(body: &[u8]) -> Vec<u8> {
 
 #[test]
 fn every_truncation_of_small_corpus_files_is_an_error_with_an_offset() {
-    for (name, stride) in [("pt21-gpt2-cuda1-nohistory.pickle", 1), ("pt24-linear-tiny.pkl", 3), ("pt25plus-expandable-2gpu-tiny-nohistory.pickle", 1)] {
+    for (name, stride) in [
+        ("pt21-gpt2-cuda1-nohistory.pickle", 1),
+        ("pt24-linear-tiny.pkl", 3),
+        ("pt25plus-expandable-2gpu-tiny-nohistory.pickle", 1),
+    ] {
         let bytes = std::fs::read(corpus_dir().join(name)).unwrap();
         for cut in (0..bytes.len() - 1).step_by(stride) {
             let e = read(&bytes[..cut]).expect_err(name);
@@ -45,7 +49,7 @@ fn random_mutations_never_panic_and_errors_say_where() {
             let mut b = orig.clone();
             for _ in 0..1 + rng.below(4) {
                 let i = rng.below(b.len() as u64) as usize;
-                b[i] = rng.next() as u8;
+                b[i] = rng.next_u64() as u8;
             }
             if round % 5 == 0 {
                 let i = rng.below(b.len() as u64) as usize;

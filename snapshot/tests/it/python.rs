@@ -38,7 +38,12 @@ fn written_pickles_load_in_python_as_the_original_data() {
             .arg(&out)
             .output()
             .expect("python3 is needed for this test");
-        assert!(r.status.success(), "{name}: {}{}", String::from_utf8_lossy(&r.stdout), String::from_utf8_lossy(&r.stderr));
+        assert!(
+            r.status.success(),
+            "{name}: {}{}",
+            String::from_utf8_lossy(&r.stdout),
+            String::from_utf8_lossy(&r.stderr)
+        );
         let sums: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
         let exp = crate::expected(&name);
         assert_eq!(sums["total_reserved"], exp["segsum"]["total_reserved"], "{name}");
@@ -56,7 +61,9 @@ json.dump(obj, open(sys.argv[2], 'w'))
 fn json_snapshots_read_like_their_pickles() {
     let dir = std::env::temp_dir().join(format!("memscape-json-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    for (name, bytes) in corpus_files().into_iter().filter(|(n, _)| !n.ends_with(".html")) {
+    // Python's json module is slow on the multi-megabyte files: the smaller ones cover every
+    // format generation.
+    for (name, bytes) in corpus_files().into_iter().filter(|(n, b)| !n.ends_with(".html") && b.len() < 700_000) {
         let out = dir.join(format!("{name}.json"));
         let r = Command::new("python3").args(["-c", TO_JSON]).arg(corpus_dir().join(&name)).arg(&out).output().unwrap();
         assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
