@@ -336,25 +336,28 @@ impl Allocator {
     }
 }
 
-/// Builds stacks from a realistic pool of frames.
+/// Builds stacks from a realistic pool of frames; equal frames and stacks are stored once,
+/// as the reader stores them.
 struct StackPool<'a> {
     snap: &'a mut Snapshot,
+    frames: std::collections::HashMap<(StrId, StrId, i64), FrameId>,
+    stacks: std::collections::HashMap<Vec<FrameId>, StackId>,
 }
 
 impl StackPool<'_> {
     fn frame(&mut self, filename: &str, line: i64, name: &str) -> FrameId {
-        let f = Frame {
-            name: self.snap.strings.intern(name),
-            filename: self.snap.strings.intern(filename),
-            line,
-            extras: Vec::new(),
-        };
-        self.snap.frames.push(f);
-        FrameId(self.snap.frames.len() as u32 - 1)
+        let name = self.snap.strings.intern(name);
+        let filename = self.snap.strings.intern(filename);
+        let frames = &mut self.snap.frames;
+        *self.frames.entry((name, filename, line)).or_insert_with(|| {
+            frames.push(Frame { name, filename, line, extras: Vec::new() });
+            FrameId(frames.len() as u32 - 1)
+        })
     }
 
     fn stack(&mut self, frames: &[FrameId]) -> StackId {
-        self.snap.stacks.push(frames)
+        let stacks = &mut self.snap.stacks;
+        *self.stacks.entry(frames.to_vec()).or_insert_with(|| stacks.push(frames))
     }
 }
 
@@ -372,7 +375,7 @@ struct Sites {
 }
 
 fn sites(snap: &mut Snapshot, layers: usize) -> Sites {
-    let mut p = StackPool { snap };
+    let mut p = StackPool { snap, frames: Default::default(), stacks: Default::default() };
     let main = p.frame("train.py", 412, "<module>");
     let train = p.frame("train.py", 377, "main");
     let step = p.frame("train.py", 301, "train_step");

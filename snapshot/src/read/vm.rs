@@ -71,6 +71,8 @@ pub(crate) enum PVal {
     Stack(StackId),
     /// A frame dict already interned.
     Frame(FrameId),
+    /// A trace entry read by the fast path, waiting for the APPENDS that adds it to its list.
+    Pending(u32),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -143,6 +145,10 @@ pub(crate) struct Vm {
     pub offset_known: bool,
     /// Total input bytes, when the caller knows them: used to reserve trace columns once.
     pub size_hint: Option<u64>,
+    /// Trace entries read by the fast path and not yet appended, and how many are live.
+    pending: Vec<Entry>,
+    pending_live: usize,
+    fresh: Vec<u32>,
 }
 
 #[cold]
@@ -300,6 +306,9 @@ impl Vm {
             limits,
             offset_known: true,
             size_hint: None,
+            pending: Vec::new(),
+            pending_live: 0,
+            fresh: Vec::new(),
         }
     }
 
@@ -394,6 +403,7 @@ impl Vm {
             PVal::Row(_) => "trace entry",
             PVal::Stack(_) => "list",
             PVal::Frame(_) => "dict",
+            PVal::Pending(_) => "trace entry",
             PVal::Obj(..) => match self.obj(v) {
                 Some((_, o)) => match o.kind {
                     Kind::List | Kind::Stack(_) => "list",
@@ -434,6 +444,12 @@ impl Vm {
                     self.marks.push(self.stack.len());
                     pos += 1;
                     continue;
+                }
+                op::EMPTY_DICT => {
+                    if let Some(used) = self.fast_entry(&data[pos..]) {
+                        pos += used;
+                        continue;
+                    }
                 }
                 op::BININT1 if pos + 1 < n => {
                     self.stack.push(PVal::Int(i64::from(data[pos + 1])));
@@ -803,7 +819,7 @@ impl Vm {
                 if let Some((lid, o)) = self.obj(list) {
                     let plain = o.kind == Kind::List
                         && o.rows.is_none()
-                        && !self.stack[m..].iter().any(|v| matches!(v, PVal::Obj(..)));
+                        && !self.stack[m..].iter().any(|v| matches!(v, PVal::Obj(..) | PVal::Pending(_)));
                     if plain {
                         self.charge((self.stack.len() - m) as u64 * 16, off)?;
                         self.objs[lid as usize].items.extend_from_slice(&self.stack[m..]);
@@ -970,6 +986,24 @@ impl Vm {
                 return Err(err(ErrorKind::Malformed, format!("APPEND to a {what}, not a list")).at(off));
             }
         };
+        if let PVal::Pending(k) = item {
+            if let Some(e) = self.pending.get(k as usize) {
+                let reserve = self.size_hint.map_or(0, |h| (h.saturating_sub(off) / 64) as usize);
+                let l = &mut self.objs[lid as usize];
+                let rows = l.rows.get_or_insert_with(|| Box::new(Trace::with_capacity(reserve)));
+                let row = rows.len() as u32;
+                rows.push(e);
+                if !l.items.is_empty() {
+                    l.items.push(PVal::Row(row));
+                }
+                self.mem += 48;
+                self.pending_live = self.pending_live.saturating_sub(1);
+                if self.pending_live == 0 {
+                    self.pending.clear();
+                }
+                return Ok(());
+            }
+        }
         if !matches!(item, PVal::Obj(..)) {
             let l = &mut self.objs[lid as usize];
             if l.rows.is_none() {
@@ -1185,7 +1219,8 @@ impl Vm {
         }
         let mut buf = std::mem::take(&mut self.stack_buf);
         buf.clear();
-        let mut fresh: Vec<u32> = Vec::new();
+        let mut fresh = std::mem::take(&mut self.fresh);
+        fresh.clear();
         for k in m..self.stack.len() {
             let v = self.stack[k];
             let fid = match v {
@@ -1200,6 +1235,7 @@ impl Vm {
                     Err(_) => {
                         // Not a frame after all: leave the list to the general path.
                         self.stack_buf = buf;
+                        self.fresh = fresh;
                         return false;
                     }
                 },
@@ -1214,12 +1250,210 @@ impl Vm {
         self.recycle(lid);
         fresh.sort_unstable();
         fresh.dedup();
-        for id in fresh {
+        for &id in &fresh {
             if matches!(self.objs[id as usize].kind, Kind::Frame(_)) {
                 self.recycle(id);
             }
         }
+        self.fresh = fresh;
         true
+    }
+
+    /// The fast path for a trace entry as Python's pickler writes it inside a trace list:
+    /// `EMPTY_DICT MEMOIZE MARK (key value)* SETITEMS`, keys memoized, values plain ints or
+    /// strings, `frames` a memoized list or a new list of known frames. The entry is first
+    /// scanned without touching any state; only when all of it fits is it committed (memo
+    /// slots in order, the row staged for the list's APPENDS). Anything else returns `None`
+    /// and the general path reads the same bytes.
+    fn fast_entry(&mut self, d: &[u8]) -> Option<usize> {
+        // Inside the MARK of a list, with room for a whole entry in this buffer.
+        let &m = self.marks.last()?;
+        let parent = *self.stack.get(m.checked_sub(1)?)?;
+        match self.obj(parent) {
+            Some((_, o)) if o.kind == Kind::List => {}
+            _ => return None,
+        }
+        if d.get(1) != Some(&op::MEMOIZE) || d.get(2) != Some(&op::MARK) {
+            return None;
+        }
+        let mut e = Entry::new(Action::Snapshot, 0, 0, 0);
+        e.addr = None;
+        let (mut have_action, mut have_size) = (false, false);
+        let mut pos = 3;
+        // Memo pushes in order: a new list (interned later) or a new string.
+        let mut new_list: Option<(usize, usize)> = None; // byte range of the frames
+        let mut memo_new: u32 = 1; // the dict itself
+        let mut new_strings: [(usize, usize, u8); 4] = [(0, 0, 0); 4];
+        let mut n_new_strings = 0usize;
+        let memo_base = self.memo.len();
+        loop {
+            let o = *d.get(pos)?;
+            if o == op::SETITEMS {
+                pos += 1;
+                break;
+            }
+            // Key: a memoized known key string.
+            let (key, used) = self.fast_memo(d, pos)?;
+            pos += used;
+            let PVal::Str(key) = key else { return None };
+            match key.0 {
+                K_ACTION => {
+                    let (v, used) = self.fast_memo(d, pos)?;
+                    pos += used;
+                    let PVal::Str(s) = v else { return None };
+                    let k = s.0.checked_sub(FIRST_ACTION)? as usize;
+                    e.action = Action::KNOWN.get(k)?.1;
+                    have_action = true;
+                }
+                K_ADDR | K_SIZE | K_STREAM | K_TIME_US | K_DEVICE_FREE => {
+                    let (v, used) = fast_int(d, pos)?;
+                    pos += used;
+                    match key.0 {
+                        K_ADDR => e.addr = Some(u64::try_from(v).ok()?),
+                        K_SIZE => {
+                            e.size = u64::try_from(v).ok()?;
+                            have_size = true;
+                        }
+                        K_STREAM => e.stream = v,
+                        K_TIME_US => e.time_us = Some(v),
+                        _ => e.device_free = Some(u64::try_from(v).ok()?),
+                    }
+                }
+                K_COMPILE_CONTEXT | K_USER_METADATA | K_CATEGORY => {
+                    let sid = match *d.get(pos)? {
+                        op::SHORT_BINUNICODE => {
+                            let len = *d.get(pos + 1)? as usize;
+                            let text = d.get(pos + 2..pos + 2 + len)?;
+                            std::str::from_utf8(text).ok()?;
+                            if n_new_strings == new_strings.len() || d.get(pos + 2 + len) != Some(&op::MEMOIZE) {
+                                return None;
+                            }
+                            new_strings[n_new_strings] = (pos + 2, len, key.0 as u8);
+                            n_new_strings += 1;
+                            memo_new += 1;
+                            pos += 3 + len;
+                            None
+                        }
+                        _ => {
+                            let (v, used) = self.fast_memo(d, pos)?;
+                            pos += used;
+                            let PVal::Str(s) = v else { return None };
+                            Some(s)
+                        }
+                    };
+                    if let Some(sid) = sid {
+                        match key.0 {
+                            K_COMPILE_CONTEXT => e.compile_context = Some(sid),
+                            K_USER_METADATA => e.user_metadata = Some(sid),
+                            _ => e.category = Some(sid),
+                        }
+                    }
+                }
+                K_FRAMES => match *d.get(pos)? {
+                    op::EMPTY_LIST => {
+                        if d.get(pos + 1) != Some(&op::MEMOIZE)
+                            || d.get(pos + 2) != Some(&op::MARK)
+                            || new_list.is_some()
+                        {
+                            return None;
+                        }
+                        let start = pos + 3;
+                        let mut q = start;
+                        let mut n = 0;
+                        while *d.get(q)? != op::APPENDS {
+                            let (v, used) = self.fast_memo(d, q)?;
+                            if !matches!(v, PVal::Frame(_)) {
+                                return None;
+                            }
+                            q += used;
+                            n += 1;
+                        }
+                        if n == 0 || n >= 1000 {
+                            return None;
+                        }
+                        new_list = Some((start, q));
+                        memo_new += 1;
+                        pos = q + 1;
+                    }
+                    _ => {
+                        let (v, used) = self.fast_memo(d, pos)?;
+                        pos += used;
+                        let PVal::Stack(s) = v else { return None };
+                        e.frames = Some(s);
+                    }
+                },
+                _ => return None,
+            }
+        }
+        if !have_action || (!have_size && e.action != Action::Snapshot) {
+            return None;
+        }
+        // Commit: memo slots in the order the pickle created them.
+        let _ = memo_base;
+        self.memo.push(PVal::Row(u32::MAX));
+        let mut order: [(usize, u8); 5] = [(0, 0); 5];
+        let mut n_order = 0;
+        for &(at, _, _) in &new_strings[..n_new_strings] {
+            order[n_order] = (at, 0);
+            n_order += 1;
+        }
+        if let Some((at, _)) = new_list {
+            order[n_order] = (at, 1);
+            n_order += 1;
+        }
+        order[..n_order].sort_unstable();
+        for &(at, kind) in &order[..n_order] {
+            if kind == 1 {
+                let (start, end) = new_list.unwrap_or((0, 0));
+                let mut buf = std::mem::take(&mut self.stack_buf);
+                buf.clear();
+                let mut q = start;
+                while q < end {
+                    match self.fast_memo(d, q) {
+                        Some((PVal::Frame(f), used)) => {
+                            buf.push(f);
+                            q += used;
+                        }
+                        _ => break,
+                    }
+                }
+                let sid = self.intern_stack(&buf);
+                self.stack_buf = buf;
+                e.frames = Some(sid);
+                self.memo.push(PVal::Stack(sid));
+            } else {
+                let Some(&(s_at, len, key)) = new_strings[..n_new_strings].iter().find(|x| x.0 == at) else { continue };
+                let text = std::str::from_utf8(&d[s_at..s_at + len]).unwrap_or("");
+                let sid = self.strings.intern(text);
+                self.mem += len as u64 + 16;
+                match u32::from(key) {
+                    K_COMPILE_CONTEXT => e.compile_context = Some(sid),
+                    K_USER_METADATA => e.user_metadata = Some(sid),
+                    _ => e.category = Some(sid),
+                }
+                self.memo.push(PVal::Str(sid));
+            }
+        }
+        self.mem += 16 * u64::from(memo_new);
+        let k = self.pending.len() as u32;
+        self.pending.push(e);
+        self.pending_live += 1;
+        self.stack.push(PVal::Pending(k));
+        Some(pos)
+    }
+
+    /// A BINGET or LONG_BINGET at `pos`: the memo value and the bytes used.
+    #[inline]
+    fn fast_memo(&self, d: &[u8], pos: usize) -> Option<(PVal, usize)> {
+        match *d.get(pos)? {
+            op::BINGET => Some((*self.memo.get(*d.get(pos + 1)? as usize)?, 2)),
+            op::LONG_BINGET => {
+                let b = d.get(pos + 1..pos + 5)?;
+                let idx = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                Some((*self.memo.get(idx as usize)?, 5))
+            }
+            _ => None,
+        }
     }
 
     fn intern_stack(&mut self, frames: &[FrameId]) -> StackId {
@@ -1328,7 +1562,7 @@ impl Vm {
             PVal::Float(f) => Value::Float(f),
             PVal::Str(s) => Value::Str(self.strings.get(s).into()),
             PVal::Bytes(b) => Value::Bytes(self.bytes.get(b as usize).cloned().unwrap_or_default()),
-            PVal::Row(_) => return Err("a value, found a trace entry outside a trace".into()),
+            PVal::Row(_) | PVal::Pending(_) => return Err("a value, found a trace entry outside a trace".into()),
             PVal::Stack(s) => Value::List(self.stacks.get(s).iter().map(|&f| self.frame_value(f)).collect()),
             PVal::Frame(f) => self.frame_value(f),
             PVal::Obj(..) => {
@@ -1391,6 +1625,32 @@ fn is_frame_dict(items: &[PVal], strings: &Strings) -> bool {
         }
     }
     has_location
+}
+
+/// A small int opcode at `pos`: the value and the bytes used.
+#[inline]
+fn fast_int(d: &[u8], pos: usize) -> Option<(i64, usize)> {
+    match *d.get(pos)? {
+        op::BININT1 => Some((i64::from(*d.get(pos + 1)?), 2)),
+        op::BININT2 => {
+            let b = d.get(pos + 1..pos + 3)?;
+            Some((i64::from(u16::from_le_bytes([b[0], b[1]])), 3))
+        }
+        op::BININT => {
+            let b = d.get(pos + 1..pos + 5)?;
+            Some((i64::from(i32::from_le_bytes([b[0], b[1], b[2], b[3]])), 5))
+        }
+        op::LONG1 => {
+            let n = *d.get(pos + 1)? as usize;
+            if n > 8 {
+                return None;
+            }
+            let b = d.get(pos + 2..pos + 2 + n)?;
+            let v = le_signed(b)?;
+            Some((i64::try_from(v).ok()?, 2 + n))
+        }
+        _ => None,
+    }
 }
 
 fn latin1(b: &[u8]) -> Vec<u8> {
