@@ -202,7 +202,7 @@ fn main() -> anyhow::Result<()> {
         row("memscape (whole file)", &ours);
         row("memscape (4 MiB chunks)", &chunked);
         if baselines {
-            if file_bytes < 300 << 20 {
+            if file_bytes < 150 << 20 {
                 match run_child("pickled", &path, 1) {
                     Ok(v) => row("pickled 1.2", &v),
                     Err(e) => println!("| pickled 1.2 | failed: {e} | | | |"),

@@ -25,7 +25,6 @@ struct Blk {
     requested: u64,
     pending: bool,
     stack: Option<StackId>,
-    entry: Option<u32>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -88,7 +87,7 @@ impl Live {
             }
             Action::Free | Action::FreeCompleted => {
                 let pending = t.action(i) == Action::FreeCompleted;
-                let b = Blk { size, requested: size, pending, stack: t.frames(i), entry: None };
+                let b = Blk { size, requested: size, pending, stack: t.frames(i) };
                 self.insert_block(addr, b);
             }
             Action::FreeRequested => {
@@ -231,7 +230,7 @@ impl StateIndex {
                     BlockState::ActivePendingFree => true,
                     _ => continue,
                 };
-                let blk = Blk { size: b.size, requested: b.requested_bytes(), pending, stack: b.stack(), entry: None };
+                let blk = Blk { size: b.size, requested: b.requested_bytes(), pending, stack: b.stack() };
                 live.insert_block(addr, blk);
             }
         }
@@ -315,7 +314,6 @@ fn view(live: Live, after_entry: Option<u32>) -> AllocatorState {
             }
             _ => orphan_blocks.push(bv),
         }
-        let _ = b.entry;
     }
     AllocatorState {
         after_entry,

@@ -163,12 +163,11 @@ impl Builder<'_> {
                     None => return Err(schema("a trace row without rows").path(here())),
                 },
                 _ => {
-                    let Some((eid, eo)) = self.vm.obj(it).filter(|(_, o)| o.kind == Kind::Dict) else {
+                    let Some((eid, _)) = self.vm.obj(it).filter(|(_, o)| o.kind == Kind::Dict) else {
                         let e =
                             schema(format!("expected a trace entry dict, found {}", self.vm.describe(it))).path(here());
                         return Err(if self.vm.offset_known { e.at(offset) } else { e });
                     };
-                    let _ = eo;
                     let items = std::mem::take(&mut self.vm.objs[eid as usize].items);
                     let r = self.vm.entry_from_items(&items);
                     self.vm.objs[eid as usize].items = items;

@@ -23,6 +23,8 @@ pub enum Format {
     Pickle(Option<u8>),
     /// Gzip around another format.
     Gzip(Box<Format>),
+    /// Zstandard around another format.
+    Zstd(Box<Format>),
     /// A JSON document.
     Json,
     /// An HTML page from `_memory_viz.py` around another format.
@@ -71,6 +73,8 @@ enum State {
 enum Buffered {
     Json,
     Html,
+    /// Compressed bytes, decoded in a stream at the end (the decoder is pull-based).
+    Zstd,
 }
 
 struct PickleState {
@@ -163,7 +167,7 @@ impl Loader {
                     return Err(ReadError::new(
                         ErrorKind::TooLarge,
                         format!(
-                            "JSON and HTML snapshots are read whole, and this one is over {} MiB",
+                            "JSON, HTML and zstd snapshots are read whole, and this one is over {} MiB",
                             self.limits.max_string_bytes >> 20
                         ),
                     ));
@@ -209,6 +213,7 @@ impl Loader {
             }
             State::Buffer(Buffered::Json, data) => read_json(&data, self.limits),
             State::Buffer(Buffered::Html, data) => read_html(&data, self.limits),
+            State::Buffer(Buffered::Zstd, data) => read_zstd(&data, self.limits),
             State::Failed => Err(ReadError::new(ErrorKind::Malformed, "the reader already failed")),
         }
     }
@@ -245,10 +250,10 @@ fn detect(
             return Ok(None);
         }
         if b.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
-            return Err(ReadError::new(
-                ErrorKind::Unsupported,
-                "the file is zstd-compressed; decompress it first (zstd -d FILE)",
-            ));
+            if nested {
+                return Err(ReadError::new(ErrorKind::Unsupported, "zstd inside another container"));
+            }
+            return Ok(Some(State::Buffer(Buffered::Zstd, Vec::new())));
         }
         if first == 0x1f {
             if b.len() < 2 && !at_end {
@@ -388,6 +393,33 @@ impl PickleState {
         }
         Ok(Loaded { snapshot, warnings, format: Format::Pickle(proto), reader_memory_bytes: mem })
     }
+}
+
+fn read_zstd(data: &[u8], limits: Limits) -> Result<Loaded, ReadError> {
+    use std::io::Read as _;
+    let layer = "zstd payload";
+    let mut inner = Loader::new(limits);
+    inner.nested = true;
+    let mut rest = data;
+    let mut buf = vec![0u8; 1 << 20];
+    // A .zst file may hold several frames back to back: decode them in turn.
+    while !rest.is_empty() {
+        let at = (data.len() - rest.len()) as u64;
+        let mut dec = ruzstd::decoding::StreamingDecoder::new(&mut rest)
+            .map_err(|e| ReadError::new(ErrorKind::Malformed, format!("corrupt zstd data ({e})")).at(at))?;
+        loop {
+            let n = dec
+                .read(&mut buf)
+                .map_err(|e| ReadError::new(ErrorKind::Malformed, format!("corrupt zstd data ({e})")).at(at))?;
+            if n == 0 {
+                break;
+            }
+            inner.feed(&buf[..n]).map_err(|e| e.layer(layer))?;
+        }
+    }
+    let mut loaded = inner.finish().map_err(|e| e.layer(layer))?;
+    loaded.format = Format::Zstd(Box::new(loaded.format));
+    Ok(loaded)
 }
 
 fn read_json(data: &[u8], limits: Limits) -> Result<Loaded, ReadError> {

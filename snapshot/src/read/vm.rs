@@ -977,7 +977,6 @@ impl Vm {
         let lid = match self.obj(list) {
             Some((id, o)) if o.kind == Kind::List => id,
             Some((id, o)) if matches!(o.kind, Kind::Stack(_)) => {
-                let _ = o;
                 self.expand_stack(id);
                 id
             }
@@ -1285,7 +1284,6 @@ impl Vm {
         let mut memo_new: u32 = 1; // the dict itself
         let mut new_strings: [(usize, usize, u8); 4] = [(0, 0, 0); 4];
         let mut n_new_strings = 0usize;
-        let memo_base = self.memo.len();
         loop {
             let o = *d.get(pos)?;
             if o == op::SETITEMS {
@@ -1389,7 +1387,6 @@ impl Vm {
             return None;
         }
         // Commit: memo slots in the order the pickle created them.
-        let _ = memo_base;
         self.memo.push(PVal::Row(u32::MAX));
         let mut order: [(usize, u8); 5] = [(0, 0); 5];
         let mut n_order = 0;

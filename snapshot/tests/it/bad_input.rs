@@ -70,7 +70,7 @@ fn empty_and_foreign_files_are_not_snapshots() {
     assert!(fails(b"PK\x03\x04\x14\0\0\0", ErrorKind::NotASnapshot).to_string().contains("zip"));
     fails(b"hello world", ErrorKind::NotASnapshot);
     fails(b"<html><body>nothing here</body></html>", ErrorKind::NotASnapshot);
-    fails(b"\x28\xb5\x2f\xfd\0\0", ErrorKind::Unsupported);
+    fails(b"\x28\xb5\x2f\xfd\0\0", ErrorKind::Malformed);
     // Valid JSON or pickles that are not snapshots.
     fails(b"{\"a\": 1}", ErrorKind::Schema);
     fails(b"[1, 2, 3]", ErrorKind::Schema);

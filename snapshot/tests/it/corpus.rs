@@ -64,6 +64,17 @@ fn gzip_input_gives_the_same_model() {
     }
 }
 
+#[test]
+fn zstd_input_gives_the_same_model() {
+    for (name, bytes) in corpus_files().into_iter().filter(|(n, _)| n.ends_with(".pickle")).take(4) {
+        let zst = ruzstd::encoding::compress_to_vec(&bytes[..], ruzstd::encoding::CompressionLevel::Fastest);
+        let a = read_in_chunks(&zst, || 10_007);
+        assert!(matches!(a.format, snapshot::Format::Zstd(_)), "{name}");
+        let b = read(&bytes).unwrap();
+        assert!(write::to_pickle_bytes(&a.snapshot) == write::to_pickle_bytes(&b.snapshot), "{name}");
+    }
+}
+
 /// The "Allocator State History" figures: reserved and allocated after sampled events.
 #[test]
 fn allocator_state_after_any_event_equals_pytorch_state_history() {
