@@ -1162,14 +1162,9 @@ impl Vm {
     pub fn stack_of(&mut self, v: PVal) -> Result<StackId, String> {
         let id = match v {
             PVal::Stack(s) => return Ok(s),
-            PVal::Obj(..) => match self.obj(v) {
-                Some((_, o)) if matches!(o.kind, Kind::Stack(_)) => {
-                    if let Kind::Stack(s) = o.kind {
-                        return Ok(s);
-                    }
-                    unreachable!()
-                }
-                Some((id, o)) if matches!(o.kind, Kind::List | Kind::Tuple) => id,
+            PVal::Obj(..) => match self.obj(v).map(|(id, o)| (id, o.kind)) {
+                Some((_, Kind::Stack(s))) => return Ok(s),
+                Some((id, Kind::List | Kind::Tuple)) => id,
                 _ => return Err(format!("a list of frames, found {}", self.describe(v))),
             },
             _ => return Err(format!("a list of frames, found {}", self.describe(v))),
@@ -1485,14 +1480,9 @@ impl Vm {
     fn frame_of(&mut self, v: PVal) -> Result<FrameId, String> {
         let id = match v {
             PVal::Frame(f) => return Ok(f),
-            PVal::Obj(..) => match self.obj(v) {
-                Some((_, o)) if matches!(o.kind, Kind::Frame(_)) => {
-                    if let Kind::Frame(f) = o.kind {
-                        return Ok(f);
-                    }
-                    unreachable!()
-                }
-                Some((id, o)) if o.kind == Kind::Dict => id,
+            PVal::Obj(..) => match self.obj(v).map(|(id, o)| (id, o.kind)) {
+                Some((_, Kind::Frame(f))) => return Ok(f),
+                Some((id, Kind::Dict)) => id,
                 _ => return Err(format!("a frame dict, found {}", self.describe(v))),
             },
             _ => return Err(format!("a frame dict, found {}", self.describe(v))),
