@@ -50,6 +50,21 @@ enum Command {
         #[arg(short, long)]
         output: PathBuf,
     },
+    /// Run a CUDA program and record every device allocation it makes (needs an NVIDIA GPU).
+    Capture {
+        /// Where to write the snapshot.
+        #[arg(long, default_value = "memscape-capture.pickle")]
+        out: PathBuf,
+        /// Events kept per device; older ones are dropped, what they allocated stays visible.
+        #[arg(long, default_value_t = 1_000_000)]
+        max_entries: usize,
+        /// Also write the snapshot every this many seconds.
+        #[arg(long)]
+        every: Option<f64>,
+        /// The program and its arguments.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -74,6 +89,15 @@ fn parse_size(s: &str) -> Result<u64, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::Capture { out, max_entries, every, command } = &cli.command {
+        return match capture(out, *max_entries, *every, command) {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("memscape: {e:#}");
+                ExitCode::from(2)
+            }
+        };
+    }
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -152,7 +176,88 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             );
             Ok(())
         }
+        // Handled in main: it returns the program's own exit code.
+        Command::Capture { .. } => Ok(()),
     }
+}
+
+/// Finds the injection library: `MEMSCAPE_CAPTURE_LIB`, else next to this executable.
+fn injection_library() -> anyhow::Result<PathBuf> {
+    if let Some(p) = std::env::var_os("MEMSCAPE_CAPTURE_LIB") {
+        return Ok(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe()?;
+    let lib = exe.with_file_name("libmemscape_capture.so");
+    if !lib.exists() {
+        bail!(
+            "the injection library {} is missing: build it with `cargo build --release -p capture` (or set MEMSCAPE_CAPTURE_LIB)",
+            lib.display()
+        );
+    }
+    Ok(lib)
+}
+
+/// The first frame outside the CUDA libraries and the recorder: where the program asked.
+fn call_site(snap: &snapshot::Snapshot, stack: Option<snapshot::StackId>) -> String {
+    let site = stack.and_then(|st| {
+        snap.stack(st).find(|f| {
+            let (name, file) = (snap.str(f.name), snap.str(f.filename));
+            !(file.contains("libcuda")
+                || file.contains("libcupti")
+                || name.starts_with("memscape_capture")
+                || name.starts_with("backtrace"))
+        })
+    });
+    site.map_or_else(|| "<no stack>".into(), |f| format!("{} ({}:{})", snap.str(f.name), snap.str(f.filename), f.line))
+}
+
+fn capture(out: &Path, max_entries: usize, every: Option<f64>, command: &[String]) -> anyhow::Result<ExitCode> {
+    if !capture::driver_present() {
+        bail!("capture needs an NVIDIA GPU: the CUDA driver (libcuda.so.1) cannot be loaded on this machine");
+    }
+    let lib = injection_library()?;
+    let (prog, args) = command.split_first().context("no command given after --")?;
+    let abs_out = std::path::absolute(out)?;
+    let mut cmd = std::process::Command::new(prog);
+    cmd.args(args)
+        .env("CUDA_INJECTION64_PATH", &lib)
+        .env("MEMSCAPE_CAPTURE_OUT", &abs_out)
+        .env("MEMSCAPE_CAPTURE_MAX_ENTRIES", max_entries.to_string());
+    if let Some(s) = every {
+        cmd.env("MEMSCAPE_CAPTURE_EVERY", s.to_string());
+    }
+    let status = cmd.status().with_context(|| format!("cannot run {prog}"))?;
+    if !abs_out.exists() {
+        bail!("{prog} wrote no snapshot to {} (did it use CUDA?)", abs_out.display());
+    }
+    let loaded = load(&abs_out)?;
+    let snap = &loaded.snapshot;
+    let s = snapshot::stats::summary(snap);
+    let mut o = std::io::stdout().lock();
+    use snapshot::stats::format_size as fs;
+    writeln!(o, "snapshot: {}", abs_out.display())?;
+    for d in &s.devices {
+        let (peak, alive) = (d.segment_timeline.peak_bytes, d.reserved_bytes);
+        writeln!(
+            o,
+            "device {}: peak {}, {} alive at exit, {} events",
+            d.device,
+            fs(peak.into()),
+            fs(alive.into()),
+            d.trace_entries
+        )?;
+    }
+    let mut sites: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
+    for seg in &snap.segments {
+        *sites.entry(call_site(snap, seg.frames)).or_default() += seg.total_size;
+    }
+    let mut sites: Vec<(String, u64)> = sites.into_iter().collect();
+    sites.sort_by_key(|s| std::cmp::Reverse(s.1));
+    writeln!(o, "alive at exit, by call site:")?;
+    for (site, bytes) in sites.iter().take(8) {
+        writeln!(o, "  {:>10}  {site}", fs((*bytes).into()))?;
+    }
+    Ok(ExitCode::from(status.code().unwrap_or(1).clamp(0, 255) as u8))
 }
 
 fn print_stats(out: &mut impl std::io::Write, s: &snapshot::stats::Summary) -> std::io::Result<()> {

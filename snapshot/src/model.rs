@@ -581,6 +581,23 @@ impl Snapshot {
         self.strings.get(id)
     }
 
+    /// Adds a frame (for writers of snapshots, such as the capture tool).
+    pub fn add_frame(&mut self, name: &str, filename: &str, line: i64) -> FrameId {
+        let f = Frame {
+            name: self.strings.intern(name),
+            filename: self.strings.intern(filename),
+            line,
+            extras: Vec::new(),
+        };
+        self.frames.push(f);
+        FrameId(self.frames.len() as u32 - 1)
+    }
+
+    /// Adds a stack of frames, innermost first.
+    pub fn add_stack(&mut self, frames: &[FrameId]) -> StackId {
+        self.stacks.push(frames)
+    }
+
     /// The frames of a stack, innermost first.
     pub fn stack(&self, id: StackId) -> impl Iterator<Item = &Frame> + '_ {
         self.stacks.get(id).iter().filter_map(|f| self.frames.get(f.0 as usize))

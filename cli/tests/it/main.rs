@@ -144,3 +144,16 @@ fn synth_writes_a_snapshot_that_stats_reads() {
         assert!(s["total_reserved"].as_u64().unwrap() >= s["total_allocated"].as_u64().unwrap());
     }
 }
+
+#[test]
+fn capture_without_a_driver_says_so_and_fails() {
+    if capture::driver_present() {
+        eprintln!("skipped: this machine has a CUDA driver");
+        return;
+    }
+    let out = memscape(&["capture", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("NVIDIA GPU") && err.contains("libcuda"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+}
