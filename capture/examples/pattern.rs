@@ -1,0 +1,89 @@
+//! The GPU check's workload: a known allocation pattern on device 0.
+//!
+//! Allocates 1, 2, 4, ... 512 MiB with cuMemAlloc, frees every other one, reserves a virtual
+//! range and maps 64 MiB then 32 MiB into it, unmaps the 32 MiB, then asks for more memory
+//! than the device has (an out-of-memory failure). Prints what it did as one JSON object, for
+//! `capture/gpu-check` to compare with the snapshot `memscape capture` wrote.
+//!
+//! `cargo build --release -p capture --example pattern`; run it under `memscape capture`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use cudarc::driver::{result, sys, CudaContext};
+
+const MIB: usize = 1 << 20;
+
+fn check(r: sys::CUresult, what: &str) {
+    assert_eq!(r, sys::CUresult::CUDA_SUCCESS, "{what} failed");
+}
+
+fn main() {
+    if !memscape_capture::driver_present() {
+        eprintln!("pattern: no CUDA driver on this machine");
+        std::process::exit(2);
+    }
+    let ctx = CudaContext::new(0).expect("a CUDA device 0");
+    ctx.bind_to_thread().expect("bind the context");
+    let mut allocs = Vec::new();
+    for k in 0..10 {
+        let size = MIB << k;
+        // SAFETY: a plain device allocation in the current context; freed below or at exit.
+        let ptr = unsafe { result::malloc_sync(size) }.expect("cuMemAlloc");
+        allocs.push((ptr, size));
+    }
+    let mut freed = Vec::new();
+    for &(ptr, size) in allocs.iter().skip(1).step_by(2) {
+        // SAFETY: `ptr` came from malloc_sync above and is freed once.
+        unsafe { result::free_sync(ptr) }.expect("cuMemFree");
+        freed.push((ptr, size));
+    }
+
+    // Virtual memory: reserve 128 MiB of address space, map 64 + 32 MiB, unmap the 32.
+    // SAFETY: a zeroed CUmemAllocationProp is valid C; the fields that matter are set below.
+    let mut prop: sys::CUmemAllocationProp = unsafe { std::mem::zeroed() };
+    prop.type_ = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = 0;
+    let mut va: sys::CUdeviceptr = 0;
+    // SAFETY: valid out-pointer; reserves address space only.
+    check(unsafe { sys::cuMemAddressReserve(&mut va, 128 * MIB, 0, 0, 0) }, "cuMemAddressReserve");
+    let mut handles = Vec::new();
+    let mut mapped = Vec::new();
+    for (offset, size) in [(0, 64 * MIB), (64 * MIB, 32 * MIB)] {
+        let mut h: sys::CUmemGenericAllocationHandle = 0;
+        // SAFETY: valid out-pointer and allocation properties; sizes are multiples of 2 MiB,
+        // the granularity of device memory.
+        check(unsafe { sys::cuMemCreate(&mut h, size, &prop, 0) }, "cuMemCreate");
+        // SAFETY: the range lies inside the reservation and `h` has exactly `size` bytes.
+        check(unsafe { sys::cuMemMap(va + offset as u64, size, 0, h, 0) }, "cuMemMap");
+        handles.push(h);
+        mapped.push((va + offset as u64, size));
+    }
+    // SAFETY: unmaps the second range mapped above.
+    check(unsafe { sys::cuMemUnmap(va + 64 * MIB as u64, 32 * MIB) }, "cuMemUnmap");
+
+    // An allocation that cannot fit.
+    // SAFETY: a plain allocation request; it is expected to fail.
+    let oom = unsafe { result::malloc_sync(1 << 50) };
+    assert!(oom.is_err(), "a 1 PiB allocation succeeded");
+
+    let list = |v: &[(u64, usize)]| v.iter().map(|(p, s)| format!("[{p}, {s}]")).collect::<Vec<_>>().join(", ");
+    println!(
+        "{{\"allocated\": [{}], \"freed\": [{}], \"mapped\": [{}], \"unmapped\": [[{}, {}]], \"oom_bytes\": {}}}",
+        list(&allocs),
+        list(&freed),
+        list(&mapped),
+        va + 64 * MIB as u64,
+        32 * MIB,
+        1u64 << 50
+    );
+
+    // Clean up the rest so the process exits cleanly; the snapshot is written at exit.
+    // SAFETY: unmapping and releasing what this program mapped and created.
+    unsafe {
+        sys::cuMemUnmap(va, 64 * MIB);
+        for h in handles {
+            sys::cuMemRelease(h);
+        }
+        sys::cuMemAddressFree(va, 128 * MIB);
+    }
+}
