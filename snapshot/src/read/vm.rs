@@ -411,7 +411,7 @@ impl Vm {
                     Kind::Tuple => "tuple",
                     Kind::Free => "consumed object",
                 },
-                None => "a trace entry referenced twice",
+                None => "an object the reader already consumed (referenced again)",
             },
         }
     }
@@ -1215,14 +1215,19 @@ impl Vm {
         buf.clear();
         let mut fresh = std::mem::take(&mut self.fresh);
         fresh.clear();
+        let list_offset = self.objs[lid as usize].offset;
         for k in m..self.stack.len() {
             let v = self.stack[k];
             let fid = match v {
                 PVal::Frame(f) => f,
                 _ => match self.frame_of(v) {
                     Ok(f) => {
+                        // Only a dict created inside this batch is referenced by nothing else;
+                        // one made earlier may still sit in another container's items.
                         if let PVal::Obj(id, _) = v {
-                            fresh.push(id);
+                            if self.objs[id as usize].offset > list_offset {
+                                fresh.push(id);
+                            }
                         }
                         f
                     }

@@ -193,3 +193,23 @@ fn protocol_2_and_0_forms_are_read() {
     let l = read(p0).unwrap();
     assert_eq!(l.snapshot.n_trace_lists(), 0);
 }
+
+/// Inputs the fuzzer found (`fuzz/regressions/`): each must read, and our own pickle of it must
+/// read back to a fixpoint.
+#[test]
+fn fuzz_regressions_read_and_round_trip() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/regressions");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.display().to_string();
+        let Ok(loaded) = read(&std::fs::read(&path).unwrap()) else { continue };
+        let once = snapshot::write::to_pickle_bytes(&loaded.snapshot);
+        let back = read(&once).unwrap_or_else(|e| panic!("{name}: our own pickle does not read back: {e}"));
+        let twice = snapshot::write::to_pickle_bytes(&back.snapshot);
+        let again = read(&twice).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(snapshot::write::to_pickle_bytes(&again.snapshot) == twice, "{name}: no fixpoint");
+        n += 1;
+    }
+    assert!(n >= 2, "{n} regression inputs read");
+}
