@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::intern::StrId;
-use crate::model::{Action, Annotation, Block, BlockState, Entry, Frame, FrameId, Segment, Snapshot, StackId, Trace};
+use crate::model::{Action, Annotation, Block, BlockState, Entry, FrameId, Segment, Snapshot, StackId, Trace};
 use crate::value::Value;
 
 /// What to generate.
@@ -346,18 +346,14 @@ struct StackPool<'a> {
 
 impl StackPool<'_> {
     fn frame(&mut self, filename: &str, line: i64, name: &str) -> FrameId {
-        let name = self.snap.strings.intern(name);
-        let filename = self.snap.strings.intern(filename);
-        let frames = &mut self.snap.frames;
-        *self.frames.entry((name, filename, line)).or_insert_with(|| {
-            frames.push(Frame { name, filename, line, extras: Vec::new() });
-            FrameId(frames.len() as u32 - 1)
-        })
+        let key = (self.snap.strings.intern(name), self.snap.strings.intern(filename), line);
+        let snap = &mut *self.snap;
+        *self.frames.entry(key).or_insert_with(|| snap.add_frame(name, filename, line))
     }
 
     fn stack(&mut self, frames: &[FrameId]) -> StackId {
-        let stacks = &mut self.snap.stacks;
-        *self.stacks.entry(frames.to_vec()).or_insert_with(|| stacks.push(frames))
+        let snap = &mut *self.snap;
+        *self.stacks.entry(frames.to_vec()).or_insert_with(|| snap.add_stack(frames))
     }
 }
 

@@ -987,14 +987,7 @@ impl Vm {
         };
         if let PVal::Pending(k) = item {
             if let Some(e) = self.pending.get(k as usize) {
-                let reserve = self.size_hint.map_or(0, |h| (h.saturating_sub(off) / 64) as usize);
-                let l = &mut self.objs[lid as usize];
-                let rows = l.rows.get_or_insert_with(|| Box::new(Trace::with_capacity(reserve)));
-                let row = rows.len() as u32;
-                rows.push(e);
-                if !l.items.is_empty() {
-                    l.items.push(PVal::Row(row));
-                }
+                push_row(&mut self.objs[lid as usize], e, self.size_hint, off);
                 self.mem += 48;
                 self.pending_live = self.pending_live.saturating_sub(1);
                 if self.pending_live == 0 {
@@ -1020,16 +1013,7 @@ impl Vm {
                 self.objs[did as usize].items = items;
                 if let Ok(entry) = entry {
                     self.charge(48, off)?;
-                    // Entries take 50 to 200 bytes: reserve for the rest of the input once,
-                    // rather than growing (and copying) the columns a dozen times.
-                    let reserve = self.size_hint.map_or(0, |h| (h.saturating_sub(off) / 64) as usize);
-                    let l = &mut self.objs[lid as usize];
-                    let rows = l.rows.get_or_insert_with(|| Box::new(Trace::with_capacity(reserve)));
-                    let row = rows.len() as u32;
-                    rows.push(&entry);
-                    if !l.items.is_empty() {
-                        l.items.push(PVal::Row(row));
-                    }
+                    push_row(&mut self.objs[lid as usize], &entry, self.size_hint, off);
                     self.recycle(did);
                     return Ok(());
                 }
@@ -1617,6 +1601,21 @@ fn is_frame_dict(items: &[PVal], strings: &Strings) -> bool {
         }
     }
     has_location
+}
+
+/// Appends a trace entry to the rows of list `l` (a `Row` marker too when the list also holds
+/// other items). The first row reserves room for the rest of the input: entries take 50 to
+/// 200 bytes, so this avoids growing (and copying) the columns a dozen times.
+fn push_row(l: &mut Obj, e: &Entry, size_hint: Option<u64>, off: u64) {
+    let rows = l.rows.get_or_insert_with(|| {
+        let reserve = size_hint.map_or(0, |h| (h.saturating_sub(off) / 64) as usize);
+        Box::new(Trace::with_capacity(reserve))
+    });
+    let row = rows.len() as u32;
+    rows.push(e);
+    if !l.items.is_empty() {
+        l.items.push(PVal::Row(row));
+    }
 }
 
 /// A small int opcode at `pos`: the value and the bytes used.
