@@ -27,6 +27,8 @@ mod model;
 mod read;
 mod value;
 
+pub mod frames;
+pub mod search;
 pub mod state;
 pub mod stats;
 pub mod synth;

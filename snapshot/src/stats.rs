@@ -1,12 +1,12 @@
 //! The statistics of `_memory_viz.py stats` (segsum) and a per-device summary.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::model::{Block, BlockState, Snapshot};
 use crate::timeline::{Timeline, TimelineKind};
 
 /// Whole-snapshot figures, as `_memory_viz.py stats` computes them, plus one entry per device.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Summary {
     /// Number of segments (all devices).
     pub segments: u64,
@@ -23,7 +23,7 @@ pub struct Summary {
 }
 
 /// Figures for one device.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeviceSummary {
     /// Device ordinal.
     pub device: u64,
@@ -38,7 +38,7 @@ pub struct DeviceSummary {
 }
 
 /// Figures of one timeline.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TimelineSummary {
     /// Distinct allocation records.
     pub elements: u64,

@@ -11,12 +11,12 @@
 use std::collections::BTreeMap;
 
 use rustc_hash::FxHashMap;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::model::{Action, BlockState, Snapshot, StackId};
 
 /// Which memory the timeline follows.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum TimelineKind {
     /// Allocations handed to tensors (`alloc` / `free_completed`).
     Blocks,

@@ -1,0 +1,132 @@
+//! The Web Worker: reads files in slices and runs the engine, so the page never waits on
+//! parsing or layout. Messages in: `[id, Blob, name]` to open a file, or postcard bytes of
+//! a `ToWorker`. Messages out: postcard bytes of a `FromWorker`.
+
+use std::cell::RefCell;
+use std::collections::HashSet;
+use std::rc::Rc;
+
+use engine::protocol::{FromWorker, LoadEvent, ToWorker};
+use engine::{Engine, Loading};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+use web_sys::{DedicatedWorkerGlobalScope, MessageEvent};
+
+/// Slice size: large enough that per-slice overhead vanishes, small enough for a smooth
+/// progress bar and a prompt cancel.
+const SLICE: u64 = 4 << 20;
+
+struct Worker {
+    scope: DedicatedWorkerGlobalScope,
+    engine: RefCell<Engine>,
+    cancelled: RefCell<HashSet<u32>>,
+}
+
+impl Worker {
+    fn send(&self, msg: &FromWorker) {
+        let Ok(bytes) = postcard::to_allocvec(msg) else { return };
+        let arr = js_sys::Uint8Array::from(bytes.as_slice());
+        let buf = arr.buffer();
+        let transfer = js_sys::Array::of1(&buf);
+        let _ = self.scope.post_message_with_transfer(&arr, &transfer);
+    }
+
+    fn now(&self) -> f64 {
+        self.scope.performance().map_or_else(js_sys::Date::now, |p| p.now())
+    }
+
+    async fn load(self: Rc<Self>, id: u32, blob: web_sys::Blob, name: String) {
+        let total = blob.size() as u64;
+        let mut loading = Loading::new(&name, total, self.now());
+        let blob = gloo_file::Blob::from(blob);
+        let mut at = 0u64;
+        let mut last_progress = 0.0;
+        while at < total {
+            if self.cancelled.borrow_mut().remove(&id) {
+                self.send(&FromWorker::Load { id, event: LoadEvent::Cancelled });
+                return;
+            }
+            let end = (at + SLICE).min(total);
+            let slice = blob.slice(at, end);
+            let bytes = match gloo_file::futures::read_as_bytes(&slice).await {
+                Ok(b) => b,
+                Err(e) => {
+                    let event =
+                        LoadEvent::Failed(format!("{name}: the browser could not read the file at byte {at}: {e}"));
+                    self.send(&FromWorker::Load { id, event });
+                    return;
+                }
+            };
+            if let Err(e) = loading.feed(&bytes) {
+                self.send(&FromWorker::Load { id, event: LoadEvent::Failed(e) });
+                return;
+            }
+            at = end;
+            let now = self.now();
+            if now - last_progress > 50.0 || at == total {
+                last_progress = now;
+                self.send(&FromWorker::Load { id, event: LoadEvent::Progress { bytes: at, total } });
+            }
+        }
+        if self.cancelled.borrow_mut().remove(&id) {
+            self.send(&FromWorker::Load { id, event: LoadEvent::Cancelled });
+            return;
+        }
+        let this = self.clone();
+        let result = self.engine.borrow_mut().finish(loading, &|| this.now());
+        let event = match result {
+            Ok(mut info) => {
+                info.heap_bytes = wasm_memory_bytes();
+                LoadEvent::Loaded(info)
+            }
+            Err(e) => LoadEvent::Failed(e),
+        };
+        self.send(&FromWorker::Load { id, event });
+    }
+
+    fn on_message(self: &Rc<Self>, data: JsValue) {
+        if let Some(arr) = data.dyn_ref::<js_sys::Array>() {
+            let id = arr.get(0).as_f64().unwrap_or(0.0) as u32;
+            let name = arr.get(2).as_string().unwrap_or_else(|| "file".into());
+            if let Ok(blob) = arr.get(1).dyn_into::<web_sys::Blob>() {
+                wasm_bindgen_futures::spawn_local(self.clone().load(id, blob, name));
+            }
+            return;
+        }
+        let bytes = js_sys::Uint8Array::new(&data).to_vec();
+        match postcard::from_bytes::<ToWorker>(&bytes) {
+            Ok(ToWorker::Request { id, request }) => {
+                let response = self.engine.borrow_mut().handle(request);
+                self.send(&FromWorker::Reply { id, response });
+            }
+            Ok(ToWorker::Cancel { id }) => {
+                self.cancelled.borrow_mut().insert(id);
+            }
+            Err(e) => web_sys::console::error_1(&format!("worker: bad message: {e}").into()),
+        }
+    }
+}
+
+/// The size of this worker's wasm memory.
+fn wasm_memory_bytes() -> u64 {
+    #[cfg(target_arch = "wasm32")]
+    {
+        core::arch::wasm32::memory_size(0) as u64 * 65536
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        0
+    }
+}
+
+fn main() {
+    console_error_panic_hook::set_once();
+    let scope: DedicatedWorkerGlobalScope = js_sys::global().unchecked_into();
+    let worker =
+        Rc::new(Worker { scope: scope.clone(), engine: RefCell::new(Engine::new()), cancelled: Default::default() });
+    let w = worker.clone();
+    let onmessage = Closure::<dyn Fn(MessageEvent)>::new(move |m: MessageEvent| w.on_message(m.data()));
+    scope.set_onmessage(Some(onmessage.as_ref().unchecked_ref()));
+    onmessage.forget();
+    worker.send(&FromWorker::Ready);
+}

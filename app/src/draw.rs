@@ -1,0 +1,377 @@
+//! Pixels: the timeline, the minimap and the allocator map drawn from view models with
+//! Canvas2D. Axes are drawn here too: their ticks are powers of two, which charting
+//! libraries (plotters picks decimal ticks) do not offer.
+
+use engine::protocol::{StateView, ViewModel};
+use snapshot::stats::format_size;
+use wasm_bindgen::JsCast;
+use web_sys::{CanvasRenderingContext2d as Ctx, HtmlCanvasElement};
+
+/// Plot geometry of the timeline canvas, CSS pixels.
+pub const LEFT: f64 = 76.0;
+pub const RIGHT: f64 = 14.0;
+pub const LANE: f64 = 13.0;
+pub const SPAN_ROWS: u32 = 3;
+pub const TOP: f64 = LANE * (1 + SPAN_ROWS) as f64 + 8.0;
+pub const BOTTOM: f64 = 24.0;
+
+/// Colours of the current theme, read from the page's CSS variables.
+pub struct Theme {
+    pub bg: String,
+    pub fg: String,
+    pub grid: String,
+    pub muted: String,
+    pub accent: String,
+}
+
+impl Theme {
+    pub fn read() -> Theme {
+        let get = |name: &str, fallback: &str| -> String {
+            web_sys::window()
+                .and_then(|w| {
+                    let el = w.document()?.document_element()?;
+                    w.get_computed_style(&el).ok().flatten()
+                })
+                .and_then(|s| s.get_property_value(name).ok())
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+                .unwrap_or_else(|| fallback.to_string())
+        };
+        Theme {
+            bg: get("--bg", "#ffffff"),
+            fg: get("--fg", "#1d1f23"),
+            grid: get("--grid", "#e3e5e8"),
+            muted: get("--muted", "#9aa0a6"),
+            accent: get("--accent", "#d3372c"),
+        }
+    }
+}
+
+/// Sizes the canvas to its CSS box at the device's pixel ratio; returns the context and the
+/// CSS size.
+pub fn prepare(canvas: &HtmlCanvasElement) -> Option<(Ctx, f64, f64)> {
+    let dpr = web_sys::window().map_or(1.0, |w| w.device_pixel_ratio()).max(1.0);
+    let (w, h) = (f64::from(canvas.client_width()), f64::from(canvas.client_height()));
+    if w <= 0.0 || h <= 0.0 {
+        return None;
+    }
+    let (pw, ph) = ((w * dpr).round() as u32, (h * dpr).round() as u32);
+    if canvas.width() != pw || canvas.height() != ph {
+        canvas.set_width(pw);
+        canvas.set_height(ph);
+    }
+    let ctx: Ctx = canvas.get_context("2d").ok()??.dyn_into().ok()?;
+    let _ = ctx.set_transform(dpr, 0.0, 0.0, dpr, 0.0, 0.0);
+    Some((ctx, w, h))
+}
+
+pub fn css(rgb: u32) -> String {
+    format!("#{rgb:06x}")
+}
+
+/// Tick step for a byte axis: a power of two giving at most about six ticks.
+pub fn byte_step(max: u64) -> u64 {
+    let target = (max / 5).max(1);
+    target.next_power_of_two()
+}
+
+/// Tick step for a count axis: 1, 2 or 5 times a power of ten.
+pub fn count_step(span: f64, ticks: f64) -> f64 {
+    let raw = (span / ticks).max(1e-9);
+    let p = 10f64.powf(raw.log10().floor());
+    [1.0, 2.0, 5.0, 10.0].iter().map(|m| m * p).find(|s| *s >= raw).unwrap_or(10.0 * p)
+}
+
+pub fn time_label(us: i64) -> String {
+    let a = us.abs();
+    if a >= 10_000_000 {
+        format!("{:.1} s", us as f64 / 1e6)
+    } else if a >= 10_000 {
+        format!("{:.1} ms", us as f64 / 1e3)
+    } else {
+        format!("{us} µs")
+    }
+}
+
+/// What the timeline shows besides the view model.
+pub struct Overlay<'a> {
+    pub start: f64,
+    pub end: f64,
+    pub hover: Option<u32>,
+    pub pinned: Option<u32>,
+    pub searching: bool,
+    pub event_step: Option<u32>,
+    pub time_axis: bool,
+    /// Allocated bytes per column, drawn as a line over the segment timeline.
+    pub allocated: Option<&'a ViewModel>,
+}
+
+pub fn timeline(canvas: &HtmlCanvasElement, vm: &ViewModel, o: &Overlay, th: &Theme) {
+    let Some((ctx, w, h)) = prepare(canvas) else { return };
+    ctx.set_fill_style_str(&th.bg);
+    ctx.fill_rect(0.0, 0.0, w, h);
+    let plot_h = h - TOP - BOTTOM;
+    let bottom = h - BOTTOM;
+    let y_max = vm.y_max.max(1) as f64 * 1.04;
+    let y = |bytes: f64| bottom - bytes / y_max * plot_h;
+    let cols = vm.columns.len().max(1) as f64;
+    let col_w = (w - LEFT - RIGHT) / cols;
+    let x_of_step = |s: f64| LEFT + (s - o.start) / (o.end - o.start) * (w - LEFT - RIGHT);
+
+    // Grid and y axis.
+    ctx.set_font("11px system-ui, sans-serif");
+    ctx.set_text_baseline("middle");
+    ctx.set_text_align("right");
+    let step = byte_step(vm.y_max.max(1));
+    let mut t = 0u64;
+    while (t as f64) <= y_max {
+        let yy = y(t as f64).round() + 0.5;
+        ctx.set_stroke_style_str(&th.grid);
+        ctx.begin_path();
+        ctx.move_to(LEFT, yy);
+        ctx.line_to(w - RIGHT, yy);
+        ctx.stroke();
+        ctx.set_fill_style_str(&th.fg);
+        let _ = ctx.fill_text(&format_size(i128::from(t)), LEFT - 6.0, yy);
+        t += step;
+    }
+
+    // Bands, then what is summarized on top of them.
+    let dim = o.searching;
+    for b in &vm.bands {
+        let x0 = LEFT + f64::from(b.first) * col_w;
+        let x1 = LEFT + f64::from(b.last + 1) * col_w;
+        let y1 = y(b.offset as f64);
+        let y0 = y((b.offset + b.size) as f64);
+        ctx.set_global_alpha(if dim && !b.hit { 0.18 } else { 1.0 });
+        ctx.set_fill_style_str(&css(b.rgb));
+        ctx.fill_rect(x0, y0, x1 - x0, (y1 - y0).max(0.5));
+    }
+    ctx.set_global_alpha(1.0);
+    ctx.set_fill_style_str(&th.muted);
+    for (c, col) in vm.columns.iter().enumerate() {
+        if col.total > col.drawn {
+            let x0 = LEFT + c as f64 * col_w;
+            ctx.fill_rect(x0, y(col.total as f64), col_w, y(col.drawn as f64) - y(col.total as f64));
+        }
+    }
+    // Search hits in the accent colour over the dimmed rest; at least a pixel tall so
+    // even thin ones show.
+    if dim {
+        ctx.set_fill_style_str(&th.accent);
+        for b in vm.bands.iter().filter(|b| b.hit) {
+            let x0 = LEFT + f64::from(b.first) * col_w;
+            let x1 = LEFT + f64::from(b.last + 1) * col_w;
+            let (y0, y1) = (y((b.offset + b.size) as f64), y(b.offset as f64));
+            ctx.fill_rect(x0, y0, x1 - x0, (y1 - y0).max(1.0));
+        }
+    }
+    for (el, width) in [(o.hover, 1.0), (o.pinned, 2.5)] {
+        let Some(el) = el else { continue };
+        ctx.set_stroke_style_str(&th.fg);
+        ctx.set_line_width(width);
+        for b in vm.bands.iter().filter(|b| b.element == el) {
+            let x0 = LEFT + f64::from(b.first) * col_w;
+            let x1 = LEFT + f64::from(b.last + 1) * col_w;
+            ctx.stroke_rect(
+                x0,
+                y((b.offset + b.size) as f64),
+                x1 - x0,
+                y(b.offset as f64) - y((b.offset + b.size) as f64),
+            );
+        }
+    }
+    ctx.set_line_width(1.0);
+
+    if let Some(alloc) = o.allocated {
+        ctx.set_stroke_style_str(&th.fg);
+        ctx.set_line_width(1.5);
+        ctx.begin_path();
+        for (c, col) in alloc.columns.iter().enumerate() {
+            let (xx, yy) = (LEFT + (c as f64 + 0.5) * col_w, y(col.total as f64));
+            if c == 0 {
+                ctx.move_to(xx, yy);
+            } else {
+                ctx.line_to(xx, yy);
+            }
+        }
+        ctx.stroke();
+        ctx.set_line_width(1.0);
+    }
+
+    // Peak marker.
+    let px = x_of_step(f64::from(vm.peak_step) + 0.5);
+    if (LEFT..=w - RIGHT).contains(&px) {
+        ctx.set_stroke_style_str(&th.accent);
+        let _ = ctx.set_line_dash(&js_sys::Array::of2(&4.into(), &3.into()));
+        ctx.begin_path();
+        ctx.move_to(px, TOP);
+        ctx.line_to(px, bottom);
+        ctx.stroke();
+        let _ = ctx.set_line_dash(&js_sys::Array::new());
+        ctx.set_fill_style_str(&th.accent);
+        ctx.set_text_align(if px > w - 140.0 { "right" } else { "left" });
+        let _ = ctx.fill_text(
+            &format!("peak {}", format_size(i128::from(vm.peak_bytes))),
+            px + if px > w - 140.0 { -4.0 } else { 4.0 },
+            TOP + 8.0,
+        );
+    }
+    if let Some(s) = o.event_step {
+        let ex = x_of_step(f64::from(s) + 0.5);
+        if (LEFT..=w - RIGHT).contains(&ex) {
+            ctx.set_stroke_style_str(&th.fg);
+            ctx.begin_path();
+            ctx.move_to(ex, TOP);
+            ctx.line_to(ex, bottom);
+            ctx.stroke();
+        }
+    }
+
+    // Lanes: OOMs on top, then record_function spans.
+    ctx.set_text_align("left");
+    ctx.set_fill_style_str(&th.fg);
+    let _ = ctx.fill_text("OOM", 4.0, LANE / 2.0 + 2.0);
+    let _ = ctx.fill_text("spans", 4.0, LANE * 1.5 + 2.0);
+    for &s in &vm.ooms {
+        let x = x_of_step(f64::from(s) + 0.5);
+        if (LEFT..=w - RIGHT).contains(&x) {
+            ctx.set_fill_style_str(&th.accent);
+            ctx.begin_path();
+            ctx.move_to(x, LANE);
+            ctx.line_to(x - 5.0, 2.0);
+            ctx.line_to(x + 5.0, 2.0);
+            ctx.fill();
+        }
+    }
+    for sp in &vm.spans {
+        let row = sp.depth.min(SPAN_ROWS - 1);
+        let (x0, x1) = (x_of_step(sp.start).max(LEFT), x_of_step(sp.end).min(w - RIGHT));
+        if x1 < LEFT || x0 > w - RIGHT {
+            continue;
+        }
+        let yy = LANE * (1 + row) as f64 + 1.0;
+        let unmatched = sp.unmatched_end || sp.unmatched_start;
+        ctx.set_fill_style_str(&css(engine::colour(hash(&sp.name))));
+        ctx.set_global_alpha(if unmatched { 0.45 } else { 0.85 });
+        ctx.fill_rect(x0, yy, (x1 - x0).max(1.0), LANE - 2.0);
+        ctx.set_global_alpha(1.0);
+        if unmatched {
+            ctx.set_stroke_style_str(&th.accent);
+            let _ = ctx.set_line_dash(&js_sys::Array::of2(&3.into(), &2.into()));
+            ctx.stroke_rect(x0, yy, (x1 - x0).max(1.0), LANE - 2.0);
+            let _ = ctx.set_line_dash(&js_sys::Array::new());
+        }
+        if x1 - x0 > 30.0 {
+            ctx.save();
+            ctx.begin_path();
+            ctx.rect(x0, yy, x1 - x0, LANE - 2.0);
+            ctx.clip();
+            ctx.set_fill_style_str(&th.fg);
+            let label = if sp.unmatched_end { format!("{} (END without START)", sp.name) } else { sp.name.clone() };
+            let _ = ctx.fill_text(&label, x0 + 3.0, yy + LANE / 2.0 - 1.0);
+            ctx.restore();
+        }
+    }
+
+    // X axis.
+    ctx.set_fill_style_str(&th.fg);
+    ctx.set_text_align("center");
+    ctx.set_text_baseline("top");
+    let span = o.end - o.start;
+    let st = count_step(span, ((w - LEFT - RIGHT) / 110.0).max(2.0));
+    let t0 = vm.columns.iter().find_map(|c| c.time_us);
+    let mut s = (o.start / st).ceil() * st;
+    while s < o.end {
+        let x = x_of_step(s);
+        let label = if o.time_axis {
+            let c = (((s - o.start) / span) * cols).floor().clamp(0.0, cols - 1.0) as usize;
+            match (vm.columns.get(c).and_then(|c| c.time_us), t0) {
+                (Some(t), Some(t0)) => time_label(t - t0),
+                _ => String::new(),
+            }
+        } else {
+            format!("{}", s as u64)
+        };
+        let _ = ctx.fill_text(&label, x, bottom + 5.0);
+        s += st;
+    }
+}
+
+pub fn hash(s: &str) -> u32 {
+    s.bytes().fold(2_166_136_261u32, |h, b| (h ^ u32::from(b)).wrapping_mul(16_777_619))
+}
+
+pub fn minimap(canvas: &HtmlCanvasElement, vm: &ViewModel, start: f64, end: f64, th: &Theme) {
+    let Some((ctx, w, h)) = prepare(canvas) else { return };
+    ctx.set_fill_style_str(&th.bg);
+    ctx.fill_rect(0.0, 0.0, w, h);
+    let cols = vm.columns.len().max(1) as f64;
+    let cw = (w - LEFT - RIGHT) / cols;
+    let y_max = vm.y_max.max(1) as f64;
+    ctx.set_fill_style_str(&th.muted);
+    for (c, col) in vm.columns.iter().enumerate() {
+        let hh = col.total as f64 / y_max * (h - 4.0);
+        ctx.fill_rect(LEFT + c as f64 * cw, h - hh, cw + 0.3, hh);
+    }
+    let n = f64::from(vm.n_steps.max(1));
+    let (x0, x1) = (LEFT + start / n * (w - LEFT - RIGHT), LEFT + end / n * (w - LEFT - RIGHT));
+    ctx.set_fill_style_str(&th.accent);
+    ctx.set_global_alpha(0.18);
+    ctx.fill_rect(x0, 0.0, (x1 - x0).max(2.0), h);
+    ctx.set_global_alpha(1.0);
+    ctx.set_stroke_style_str(&th.accent);
+    ctx.stroke_rect(x0 + 0.5, 0.5, (x1 - x0).max(2.0) - 1.0, h - 1.0);
+    ctx.set_fill_style_str(&th.fg);
+    ctx.set_font("11px system-ui, sans-serif");
+    ctx.set_text_align("right");
+    ctx.set_text_baseline("middle");
+    let _ = ctx.fill_text("overview", LEFT - 6.0, h / 2.0);
+}
+
+/// The allocator after an event: all segments in address order laid end to end as one
+/// strip of memory, wrapped into rows; blocks in colour, pending frees hatched in the
+/// accent colour, free space in grey, segment starts as thin marks.
+pub fn state_map(canvas: &HtmlCanvasElement, st: &StateView, th: &Theme) {
+    let Some((ctx, w, h)) = prepare(canvas) else { return };
+    ctx.set_fill_style_str(&th.bg);
+    ctx.fill_rect(0.0, 0.0, w, h);
+    let total: u64 = st.segments.iter().map(|s| s.size).sum();
+    if total == 0 {
+        ctx.set_fill_style_str(&th.fg);
+        ctx.set_font("12px system-ui, sans-serif");
+        let _ = ctx.fill_text("no segments reserved at this event", 10.0, 20.0);
+        return;
+    }
+    let rows = 24.0;
+    let row_h = h / rows;
+    let per_row = (total as f64 / rows).max(1.0);
+    let draw = |ctx: &Ctx, from: u64, len: u64, colour: &str| {
+        let (a, end) = (from as f64, (from + len) as f64);
+        let first = (a / per_row).floor() as u32;
+        let last = ((end / per_row).ceil() as u32).max(first + 1);
+        ctx.set_fill_style_str(colour);
+        for row in first..last.min(rows as u32) {
+            let r0 = f64::from(row) * per_row;
+            let x0 = (a.max(r0) - r0) / per_row * w;
+            let x1 = (end.min(r0 + per_row) - r0) / per_row * w;
+            if x1 > x0 {
+                ctx.fill_rect(x0, f64::from(row) * row_h + 1.0, (x1 - x0).max(0.6), row_h - 2.0);
+            }
+        }
+    };
+    let mut at = 0u64;
+    for s in &st.segments {
+        draw(&ctx, at, s.size, &th.grid);
+        for b in &s.blocks {
+            let c = if b.pending_free { th.accent.clone() } else { css(b.rgb) };
+            draw(&ctx, at + b.offset, b.size, &c);
+        }
+        // A one-pixel gap where a segment starts.
+        let row = (at as f64 / per_row).floor();
+        let x = (at as f64 - row * per_row) / per_row * w;
+        ctx.set_fill_style_str(&th.bg);
+        ctx.fill_rect(x, row * row_h, 1.0, row_h);
+        at += s.size;
+    }
+}

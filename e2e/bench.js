@@ -1,0 +1,95 @@
+// The viewer's benchmark: generated snapshots opened in headless Chromium, the way a user
+// opens them, with the native reader on the same files as the baseline of the same run.
+//   node e2e/bench.js [--sizes 100M,1G]     (after `trunk build --release --offline`)
+// Prints, per size: time from choosing the file to the first complete timeline, the
+// worker's parse throughput next to the native `memscape stats`, pan/zoom frame times,
+// hover and state-selection latencies, the longest main-thread task during the load, and
+// memory (worker wasm + page JS heap) against the file size.
+import { execFileSync } from 'node:child_process';
+import { statSync, existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { tmpdir } from 'node:os';
+import { serve, browser, ROOT } from './harness.js';
+
+const args = process.argv.slice(2);
+const sizes = (args[args.indexOf('--sizes') + 1] && args.includes('--sizes') ? args[args.indexOf('--sizes') + 1] : '100M,1G').split(',');
+const memscape = join(ROOT, 'target', 'release', 'memscape');
+if (!existsSync(memscape)) execFileSync('cargo', ['build', '--release', '-p', 'cli'], { cwd: ROOT, stdio: 'inherit' });
+
+const pct = (v, p) => { const s = [...v].sort((a, b) => a - b); return s.length ? s[Math.min(s.length - 1, Math.floor(p * s.length))] : NaN; };
+const fmt = x => (Number.isFinite(x) ? x.toFixed(1) : '-');
+const MB = 1e6;
+
+const srv = await serve();
+for (const size of sizes) {
+  const file = join(tmpdir(), `memscape-bench-${size}.pickle`);
+  if (!existsSync(file)) execFileSync(memscape, ['synth', '--size', size, '-o', file], { stdio: 'inherit' });
+  const bytes = statSync(file).size;
+  const t0 = process.hrtime.bigint();
+  const stats = JSON.parse(execFileSync(memscape, ['stats', '--json', file], { maxBuffer: 1 << 26 }).toString());
+  const nativeMs = Number(process.hrtime.bigint() - t0) / 1e6;
+  const allocs = stats.devices.reduce((a, d) => a + d.timeline.elements, 0);
+
+  const ctx = await browser();
+  const page = await ctx.newPage();
+  await page.goto(srv.url + '?empty');
+  await page.evaluate(() => {
+    window.longTasks = [];
+    new PerformanceObserver(l => l.getEntries().forEach(e => window.longTasks.push(e.duration))).observe({ type: 'longtask', buffered: true });
+  });
+  const timings = async what => page.evaluate(w => (window.memscapeTimings || []).filter(x => x[0] === w).map(x => x[1]), what);
+  await page.setInputFiles('#file-input', file);
+  await page.waitForFunction(() => (window.memscapeTimings || []).some(x => x[0] === 'first-draw' || x[0] === 'load'), null, { timeout: 600000 });
+  const err = await page.locator('#error').count() ? await page.locator('#error').textContent() : null;
+  if (err) { console.log(`${size}: failed: ${err}`); await ctx.close(); continue; }
+  await page.waitForFunction(() => (window.memscapeTimings || []).some(x => x[0] === 'first-draw'), null, { timeout: 600000 });
+  const first = (await timings('first-draw'))[0];
+  const parse = (await timings('parse-worker'))[0];
+  const layout = (await timings('layout-worker'))[0];
+  const wasmMem = (await timings('wasm-memory-worker'))[0];
+  const longest = Math.max(0, ...(await page.evaluate(() => window.longTasks)));
+  const jsHeap = await page.evaluate(() => performance.memory ? performance.memory.usedJSHeapSize : NaN);
+
+  // Pan and zoom: each key press is one new view, drawn.
+  await page.locator('#timeline').hover();
+  await page.evaluate(() => { window.memscapeTimings = []; });
+  for (let i = 0; i < 40; i++) {
+    const n = (await timings('frame')).length;
+    await page.keyboard.press(['w', 'd', 'd', 's', 'a'][i % 5]);
+    await page.waitForFunction(n => (window.memscapeTimings || []).filter(x => x[0] === 'frame').length > n, n);
+  }
+  const frames = await timings('frame');
+
+  // Hover: the details of what is under the pointer (hit test here, details from the worker).
+  const box = await page.locator('#timeline').boundingBox();
+  await page.locator('#whole').click();
+  await page.waitForTimeout(300);
+  for (let i = 0; i < 60; i++) {
+    await page.mouse.move(box.x + 90 + (box.width - 110) * ((i * 37) % 60) / 60, box.y + 80 + (box.height - 120) * ((i * 17) % 60) / 60);
+    await page.waitForTimeout(15);
+  }
+  await page.waitForTimeout(200);
+  const details = await timings('details');
+
+  // Selecting events anywhere in the trace.
+  const total = Number((await page.locator('#events-panel h2').textContent()).match(/\d+/)[0]);
+  for (let i = 1; i <= 12; i++) {
+    await page.locator('#events').evaluate((el, f) => { el.scrollTop = (el.scrollHeight - el.clientHeight) * f; }, i / 13);
+    await page.waitForTimeout(120);
+    await page.locator('#events .row').nth(3).click();
+    await page.waitForFunction(n => (window.memscapeTimings || []).filter(x => x[0] === 'state').length >= n, i + 1);
+  }
+  const state = (await timings('state')).slice(1);
+  await ctx.close();
+
+  console.log(`\n== ${size}: ${(bytes / MB).toFixed(1)} MB, ${allocs} allocations, ${total} events`);
+  console.log(`first complete timeline     ${fmt(first)} ms   (target <= 1500 at 100 MB)`);
+  console.log(`parse in the worker         ${fmt(parse)} ms = ${fmt(bytes / MB / (parse / 1000))} MB/s   | native memscape stats (read + all analyses, one process): ${fmt(nativeMs)} ms = ${fmt(bytes / MB / (nativeMs / 1000))} MB/s`);
+  console.log(`layout in the worker        ${fmt(layout)} ms`);
+  console.log(`longest main-thread task    ${fmt(longest)} ms during the load (target <= 100)`);
+  console.log(`memory                      worker wasm ${fmt(wasmMem / MB)} MB + page JS heap ${fmt(jsHeap / MB)} MB = ${fmt((wasmMem + jsHeap) / bytes)}x the file (target <= 2x)`);
+  console.log(`pan/zoom frame              median ${fmt(pct(frames, 0.5))} ms, p95 ${fmt(pct(frames, 0.95))} ms over ${frames.length} (target p95 <= 16)`);
+  console.log(`hover details               median ${fmt(pct(details, 0.5))} ms, p95 ${fmt(pct(details, 0.95))} ms over ${details.length} (target <= 2)`);
+  console.log(`select an event (state)     median ${fmt(pct(state, 0.5))} ms, max ${fmt(Math.max(...state))} ms over ${state.length} (target <= 50)`);
+}
+await srv.close();

@@ -1,0 +1,41 @@
+// Shared by the browser tests and the benchmark: a static server for dist/ that records
+// every request, and a Chromium launched the way this machine allows (no downloads).
+import { createServer } from 'node:http';
+import { readFile, mkdtemp } from 'node:fs/promises';
+import { join, extname, resolve } from 'node:path';
+import { tmpdir } from 'node:os';
+import { chromium } from 'playwright-core';
+
+export const ROOT = resolve(import.meta.dirname, '..');
+export const DIST = process.env.MEMSCAPE_DIST || join(ROOT, 'dist');
+export const CORPUS = resolve(ROOT, process.env.MEMSCAPE_CORPUS || '../shared/corpus');
+
+const TYPES = { '.html': 'text/html', '.js': 'text/javascript', '.wasm': 'application/wasm', '.css': 'text/css',
+  '.pickle': 'application/octet-stream', '.png': 'image/png' };
+
+export async function serve(dir = DIST) {
+  const server = createServer(async (req, res) => {
+    const path = decodeURIComponent(new URL(req.url, 'http://x').pathname);
+    const file = join(dir, path === '/' ? 'index.html' : path);
+    if (!file.startsWith(dir)) { res.writeHead(403); res.end(); return; }
+    try {
+      const body = await readFile(file);
+      res.writeHead(200, { 'content-type': TYPES[extname(file)] || 'application/octet-stream', 'cache-control': 'no-store' });
+      res.end(body);
+    } catch { res.writeHead(404); res.end('not found'); }
+  });
+  await new Promise(r => server.listen(0, '127.0.0.1', r));
+  const url = `http://127.0.0.1:${server.address().port}/`;
+  return { url, close: () => new Promise(r => server.close(r)) };
+}
+
+export async function browser() {
+  const dir = await mkdtemp(join(tmpdir(), 'memscape-chromium-'));
+  return chromium.launchPersistentContext(dir, {
+    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+    headless: true,
+    viewport: { width: 1400, height: 1000 },
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+      '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+  });
+}

@@ -1,0 +1,448 @@
+// The viewer in headless Chromium, driven like a user: every check reads what is on screen
+// (DOM text, canvas pixels, the URL) and compares it with PyTorch's own figures
+// (../shared/corpus/expected) or with Python's reading of the same file (oracle.py).
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync, readdirSync, writeFileSync, mkdirSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { join } from 'node:path';
+import { tmpdir } from 'node:os';
+import { serve, browser, CORPUS, ROOT } from '../harness.js';
+
+const SHOTS = join(ROOT, 'e2e', 'screenshots');
+const EXAMPLE = 'cs336-fullstep.pickle';
+let srv, ctx, page;
+const requests = [];
+
+async function shot(name) {
+  mkdirSync(SHOTS, { recursive: true });
+  await page.screenshot({ path: join(SHOTS, `${name}.png`) });
+}
+
+async function activeTab() {
+  return page.locator('.tab.active .tab-name').textContent({ timeout: 1000 }).catch(() => null);
+}
+
+async function waitForTab(name, timeout = 60000) {
+  await page.waitForFunction(n => {
+    const t = document.querySelector('.tab.active .tab-name');
+    const f = document.querySelector('#stats .file-line');
+    return t && t.textContent === n && f && f.textContent.startsWith(n + ' ');
+  }, name, { timeout });
+  await settle();
+}
+
+/** Waits until the view stops changing (requests answered, canvas drawn). */
+async function settle() {
+  await page.waitForTimeout(120);
+  await page.evaluate(() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r))));
+}
+
+async function stats() {
+  return page.evaluate(() => Object.fromEntries([...document.querySelectorAll('#stats-table tr')]
+    .map(tr => [tr.dataset.key, Number(tr.dataset.value)])));
+}
+
+async function hash() {
+  return page.evaluate(() => Object.fromEntries(location.hash.slice(1).split('&').filter(Boolean)
+    .map(kv => kv.split('=').map(decodeURIComponent))));
+}
+
+/** A fingerprint of a canvas's pixels and how many are not background. */
+async function pixels(id) {
+  return page.evaluate(id => {
+    const c = document.getElementById(id);
+    const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+    let h = 2166136261, painted = 0;
+    const bg = [d[0], d[1], d[2]];
+    for (let i = 0; i < d.length; i += 4) {
+      h = Math.imul(h ^ (d[i] | d[i + 1] << 8 | d[i + 2] << 16 | d[i + 3] << 24), 16777619) >>> 0;
+      if (Math.abs(d[i] - bg[0]) + Math.abs(d[i + 1] - bg[1]) + Math.abs(d[i + 2] - bg[2]) > 30) painted++;
+    }
+    return { hash: h, painted };
+  }, id);
+}
+
+function expected(name) {
+  return JSON.parse(readFileSync(join(CORPUS, 'expected', `${name}.json`), 'utf8'));
+}
+
+/** What the statistics panel must show for `name` on `device`, from PyTorch's figures. */
+function expectedStats(name, device) {
+  const exp = expected(name);
+  const out = {};
+  for (const k of ['segments', 'total_reserved', 'total_allocated', 'free_internal', 'free_external']) out[k] = exp.segsum[k];
+  const dev = String(device);
+  out.reserved_bytes = exp.reserved.per_device[dev] ?? 0;
+  out.trace_entries = exp.raw_device_traces?.[dev]?.entries ?? 0;
+  out['segment_timeline.final_bytes'] = out.reserved_bytes;
+  const viz = exp.memoryviz.devices?.[dev];
+  const mapUnmap = Object.values(exp.raw_device_traces || {}).some(d => d.actions?.segment_map || d.actions?.segment_unmap);
+  if (viz) {
+    const pairs = [['elements', 'elements'], ['peak_bytes', 'max_at_time_peak'], ['final_bytes', 'final_live_bytes'],
+      ['initially_allocated', 'initially_allocated'], ['unmatched_frees', 'unmatched_frees'],
+      ['snapshot_only', 'snapshot_only_elements']];
+    for (const [ours, theirs] of pairs) {
+      out[`timeline.${ours}`] = viz.active_memory_timeline[theirs];
+      if (!mapUnmap) out[`segment_timeline.${ours}`] = viz.active_cached_segment_timeline[theirs];
+    }
+  }
+  return out;
+}
+
+before(async () => {
+  srv = await serve();
+  ctx = await browser();
+  await ctx.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: srv.url.slice(0, -1) });
+  ctx.on('request', r => requests.push(r.url()));
+  page = await ctx.newPage();
+  page.on('pageerror', e => { throw e; });
+  await page.goto(srv.url);
+});
+
+after(async () => {
+  await ctx?.close();
+  await srv?.close();
+});
+
+test('the bundled example opens by itself and draws its timeline', async () => {
+  await waitForTab(EXAMPLE);
+  const want = expectedStats('pt25-cs336-fullstep-annotations.pickle', 0);
+  const got = await stats();
+  for (const [k, v] of Object.entries(want)) assert.equal(got[k], v, `${k}`);
+  const px = await pixels('timeline');
+  assert.ok(px.painted > 100000, `timeline painted ${px.painted} pixels`);
+  assert.ok((await pixels('minimap')).painted > 1000);
+  assert.match(await page.locator('#state-summary').textContent(), /999 segments/);
+  await shot('01-example');
+});
+
+test('every corpus file opens through the file input with PyTorch\'s statistics', async () => {
+  const files = readdirSync(CORPUS).filter(f => /\.(pickle|pkl|html)$/.test(f)).sort();
+  assert.ok(files.length >= 19, `corpus has ${files.length} files`);
+  for (const f of files) {
+    await page.setInputFiles('#file-input', join(CORPUS, f));
+    await waitForTab(f);
+    const exp = expected(f);
+    const hasDevice = (await page.locator('#device option').count()) > 0;
+    const device = hasDevice ? Number(await page.locator('#device').inputValue()) : NaN;
+    if (!hasDevice) assert.match(await page.locator('#no-devices').textContent(), /nothing was recorded/i);
+    const listed = exp.memoryviz.device_list ?? [];
+    if (listed.length) {
+      assert.ok(listed.includes(device), `${f}: device ${device} not in ${listed}`);
+      const entries = d => exp.raw_device_traces?.[String(d)]?.entries ?? 0;
+      assert.equal(entries(device), Math.max(...listed.map(entries)), `${f}: default device has the most events`);
+    }
+    const want = expectedStats(f, Number.isNaN(device) ? 0 : device);
+    const got = await stats();
+    for (const [k, v] of Object.entries(want)) {
+      if (!hasDevice && !['segments', 'total_reserved', 'total_allocated', 'free_internal', 'free_external'].includes(k)) continue;
+      assert.equal(got[k], v, `${f}: ${k}`);
+    }
+    assert.equal(await page.locator('#error').count(), 0, `${f}: no error`);
+  }
+  assert.equal(await page.locator('.tab').count(), files.length + 1);
+  await shot('02-last-corpus-file');
+});
+
+test('drag and drop opens files', async () => {
+  const name = 'pt24-linear-tiny.pkl';
+  const b64 = readFileSync(join(CORPUS, name)).toString('base64');
+  await page.evaluate(([name, b64]) => {
+    const bytes = Uint8Array.from(atob(b64), c => c.charCodeAt(0));
+    const dt = new DataTransfer();
+    dt.items.add(new File([bytes], 'dropped-' + name));
+    document.querySelector('.app').dispatchEvent(new DragEvent('drop', { dataTransfer: dt, bubbles: true, cancelable: true }));
+  }, [name, b64]);
+  await waitForTab('dropped-' + name);
+  const want = expectedStats(name, 0);
+  const got = await stats();
+  for (const k of ['total_reserved', 'total_allocated', 'trace_entries', 'timeline.peak_bytes']) assert.equal(got[k], want[k], k);
+});
+
+async function showExample() {
+  await page.locator('.tab-name', { hasText: EXAMPLE }).first().click();
+  await waitForTab(EXAMPLE);
+}
+
+/** Moves over the timeline until the details panel shows an allocation. */
+async function hoverSomething() {
+  const box = await page.locator('#timeline').boundingBox();
+  for (let fy = 0.9; fy > 0.35; fy -= 0.05) {
+    for (let fx = 0.15; fx < 0.95; fx += 0.1) {
+      await page.mouse.move(box.x + box.width * fx, box.y + box.height * fy);
+      await page.waitForTimeout(40);
+      if (await page.locator('#details table.kv').count()) return { x: box.x + box.width * fx, y: box.y + box.height * fy };
+    }
+  }
+  throw new Error('no allocation under the pointer anywhere');
+}
+
+async function shownDetails() {
+  return page.evaluate(() => ({
+    title: document.querySelector('#details h2').textContent,
+    fields: Object.fromEntries([...document.querySelectorAll('#details tr')].map(tr => [tr.dataset.key, tr.querySelector('td').textContent])),
+    stack: document.querySelector('#stack')?.textContent ?? '',
+  }));
+}
+
+test('hover shows the allocation and the stack PyTorch recorded for it; pin and copy work', async () => {
+  await showExample();
+  await page.locator('#whole').click();
+  await settle();
+  const at = await hoverSomething();
+  const d = await shownDetails();
+  assert.equal(d.title, 'Allocation under the pointer');
+  const addr = BigInt(d.fields.address);
+  const size = Number(d.fields.size.match(/\((\d+) bytes\)/)[1]);
+  const oracle = JSON.parse(execFileSync('python3', [join(ROOT, 'e2e', 'oracle.py'), join(CORPUS, 'pt25-cs336-fullstep-annotations.pickle'),
+    'stacks', '0', addr.toString(), String(size)], { maxBuffer: 1 << 26 }).toString());
+  assert.ok(oracle.length > 0, `Python finds an allocation at ${d.fields.address} of ${size} bytes`);
+  const shown = d.stack === '(no stack recorded)' ? [] : d.stack.split('\n');
+  const elide = ls => { const o = []; let i = 0; while (i < ls.length) { let j = i; while (j < ls.length && ls[j] === ls[i]) j++; const k = j - i; if (k >= 3) o.push(ls[i], `<repeats ${k - 1} times>`); else for (let m = 0; m < k; m++) o.push(ls[i]); i = j; } return o; };
+  assert.ok(oracle.some(st => JSON.stringify(elide(st)) === JSON.stringify(shown)), `the stack shown is one Python reads for ${d.fields.address}`);
+  await shot('03-hover');
+
+  await page.mouse.click(at.x, at.y);
+  await page.waitForFunction(() => document.querySelector('#details h2').textContent === 'Pinned allocation');
+  const box = await page.locator('#timeline').boundingBox();
+  await page.mouse.move(box.x + 5, box.y + 5);
+  await settle();
+  const pinned = await shownDetails();
+  assert.equal(pinned.fields.address, d.fields.address, 'the pinned allocation stays while the pointer moves away');
+  assert.equal((await hash()).pin !== undefined, true, 'the pin is in the URL');
+
+  await page.locator('#copy-stack').click();
+  await page.waitForFunction(() => document.querySelector('#status').textContent === 'Stack copied');
+  const clip = await page.evaluate(() => navigator.clipboard.readText());
+  assert.equal(clip, pinned.stack === '(no stack recorded)' ? '' : pinned.stack);
+
+  const filtered = pinned.stack.split('\n').length;
+  await page.locator('#all-frames').check();
+  await settle();
+  const all = (await shownDetails()).stack.split('\n').length;
+  assert.ok(all >= filtered, `all frames (${all}) include the filtered ones (${filtered})`);
+  await page.locator('#all-frames').uncheck();
+  await page.keyboard.press('Escape');
+});
+
+test('zoom, pan, minimap and jump to peak change the window and the picture', async () => {
+  await showExample();
+  await page.locator('#whole').click();
+  await settle();
+  const h0 = await hash();
+  const p0 = await pixels('timeline');
+  await page.locator('#timeline').hover();
+  await page.keyboard.press('w');
+  await page.keyboard.press('w');
+  await settle();
+  const h1 = await hash();
+  assert.ok(Number(h1.end) - Number(h1.start) < (Number(h0.end) - Number(h0.start)) * 0.7, 'W zooms in');
+  const p1 = await pixels('timeline');
+  assert.notEqual(p1.hash, p0.hash, 'zooming redraws');
+  await page.keyboard.press('d');
+  await settle();
+  const h2 = await hash();
+  assert.ok(Number(h2.start) > Number(h1.start), 'D pans right');
+  await page.keyboard.press('a');
+  await page.keyboard.press('a');
+  await settle();
+  assert.ok(Number((await hash()).start) < Number(h2.start), 'A pans left');
+  await page.keyboard.press('s');
+  await settle();
+  const h3 = await hash();
+  assert.ok(Number(h3.end) - Number(h3.start) > Number(h2.end) - Number(h2.start), 'S zooms out');
+
+  const box = await page.locator('#timeline').boundingBox();
+  await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2);
+  await page.mouse.wheel(0, -400);
+  await settle();
+  const h4 = await hash();
+  assert.ok(Number(h4.end) - Number(h4.start) < Number(h3.end) - Number(h3.start), 'the wheel zooms');
+
+  await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2);
+  await page.mouse.down();
+  await page.mouse.move(box.x + box.width / 2 - 200, box.y + box.height / 2, { steps: 5 });
+  await page.mouse.up();
+  await settle();
+  assert.ok(Number((await hash()).start) > Number(h4.start), 'dragging left moves later in time');
+
+  const mini = await page.locator('#minimap').boundingBox();
+  const m0 = await pixels('minimap');
+  await page.mouse.move(mini.x + 76 + (mini.width - 90) * 0.1, mini.y + mini.height / 2);
+  await page.mouse.down();
+  await page.mouse.move(mini.x + 76 + (mini.width - 90) * 0.3, mini.y + mini.height / 2, { steps: 4 });
+  await page.mouse.up();
+  await settle();
+  const h5 = await hash();
+  const n = 12976;
+  assert.ok(Math.abs(Number(h5.start) / n - 0.1) < 0.02 && Math.abs(Number(h5.end) / n - 0.3) < 0.02, `the minimap brush selects 10%..30%: ${h5.start}..${h5.end}`);
+  assert.notEqual((await pixels('minimap')).hash, m0.hash, 'the brush moved');
+  await shot('04-brushed');
+
+  await page.locator('#whole').click();
+  await settle();
+  await page.locator('#peak').click();
+  await settle();
+  const h6 = await hash();
+  const peakStep = Number(await page.locator('#timeline').getAttribute('data-peak-step'));
+  assert.ok(peakStep > 0);
+  assert.ok(Number(h6.start) < peakStep && peakStep < Number(h6.end), `the window ${h6.start}..${h6.end} holds the peak at ${peakStep}`);
+  assert.ok(Number(h6.end) - Number(h6.start) < n / 2, 'and zooms in on it');
+});
+
+test('the device selector switches devices', async () => {
+  const name = 'pt25plus-expandable-2gpu-tiny-nohistory.pickle';
+  await page.locator('.tab-name', { hasText: name }).first().click();
+  await waitForTab(name);
+  const before = await stats();
+  const dev = Number(await page.locator('#device').inputValue());
+  const other = dev === 0 ? 1 : 0;
+  const p0 = await pixels('timeline');
+  await page.locator('#device').selectOption(String(other));
+  await settle();
+  await page.waitForTimeout(200);
+  const after = await stats();
+  const want = expectedStats(name, other);
+  for (const k of ['reserved_bytes', 'trace_entries', 'timeline.peak_bytes', 'timeline.elements']) assert.equal(after[k], want[k], k);
+  assert.notDeepEqual(after, before);
+  assert.equal((await hash()).device, String(other));
+  assert.notEqual((await pixels('timeline')).hash, p0.hash, 'the picture changes');
+  await shot('05-device');
+});
+
+test('selecting an event shows the allocator after it, and arrow keys step through events', async () => {
+  await showExample();
+  const s0 = await pixels('state-map');
+  await page.locator('#events .row[data-entry="3"]').click();
+  await page.waitForFunction(() => document.querySelector('#state h2').textContent === 'Allocator after event 3');
+  await page.locator('#events').focus();
+  await page.keyboard.press('ArrowDown');
+  await page.waitForFunction(() => document.querySelector('#state h2').textContent === 'Allocator after event 4');
+  await settle();
+  assert.equal((await hash()).event, '4');
+  assert.equal(await page.locator('#events .row.selected').getAttribute('data-entry'), '4');
+  const summary = await page.locator('#state-summary').textContent();
+  assert.match(summary, /segments · reserved .* · allocated /);
+  assert.notEqual((await pixels('state-map')).hash, s0.hash);
+  // Far away: the list scrolls and the state after the last event opens at once.
+  await page.locator('#events').evaluate(el => { el.scrollTop = el.scrollHeight; });
+  await page.waitForFunction(() => document.querySelector('#events .row[data-entry="19463"]'));
+  await page.locator('#events .row[data-entry="19463"]').click();
+  await page.waitForFunction(() => document.querySelector('#state h2').textContent === 'Allocator after event 19463');
+  await shot('06-state');
+});
+
+test('search by frame text and by address highlights matches and steps through them', async () => {
+  await showExample();
+  await page.locator('#whole').click();
+  await settle();
+  const p0 = await pixels('timeline');
+  await page.locator('#search').fill('optimizer');
+  await page.locator('#search').press('Enter');
+  await page.waitForFunction(() => /matches$/.test(document.querySelector('#search-count').textContent));
+  const text = await page.locator('#search-count').textContent();
+  const count = Number(text.match(/of (\d+) matches/)[1]);
+  assert.ok(count > 0, text);
+  await settle();
+  assert.notEqual((await pixels('timeline')).hash, p0.hash, 'matches are highlighted');
+  const first = (await shownDetails()).fields.address;
+  assert.match((await shownDetails()).stack.toLowerCase(), /optimizer/);
+  await page.locator('#search-next').click();
+  await page.waitForFunction(() => /^2 of/.test(document.querySelector('#search-count').textContent));
+  await settle();
+  await shot('07-search');
+  // By address: the pinned allocation's address finds it again.
+  await page.locator('#search-mode').selectOption('address');
+  await page.locator('#search').fill(first);
+  await page.locator('#search-go').click();
+  await page.waitForFunction(() => /of \d+ matches$/.test(document.querySelector('#search-count').textContent));
+  await settle();
+  assert.equal((await shownDetails()).fields.address, first);
+  await page.locator('#search').fill('');
+  await page.locator('#search-go').click();
+  await page.locator('#search-mode').selectOption('text');
+});
+
+test('a broken file shows what and where, and the previous view stays usable', async () => {
+  await showExample();
+  const before = await stats();
+  const bytes = readFileSync(join(CORPUS, 'pt24-linear-tiny.pkl'));
+  const broken = join(tmpdir(), 'broken-linear.pickle');
+  writeFileSync(broken, bytes.subarray(0, Math.floor(bytes.length / 2)));
+  await page.setInputFiles('#file-input', broken);
+  await page.waitForSelector('#error', { timeout: 30000 });
+  const msg = await page.locator('#error .error-text').textContent();
+  assert.match(msg, /broken-linear\.pickle/);
+  assert.match(msg, /offset|byte/);
+  assert.equal(await activeTab(), EXAMPLE);
+  assert.deepEqual(await stats(), before);
+  const h0 = await hash();
+  await page.locator('#timeline').hover();
+  await page.keyboard.press('w');
+  await settle();
+  assert.notEqual((await hash()).end, h0.end, 'still zooms');
+  await shot('08-error');
+  await page.locator('#error button').click();
+  // Not a snapshot at all.
+  const junk = join(tmpdir(), 'notes.txt');
+  writeFileSync(junk, 'hello, this is not a snapshot');
+  await page.setInputFiles('#file-input', junk);
+  await page.waitForSelector('#error');
+  assert.match(await page.locator('#error .error-text').textContent(), /notes\.txt/);
+  await page.locator('#error button').click();
+});
+
+test('a load shows progress and can be cancelled', async () => {
+  const big = join(tmpdir(), 'memscape-e2e-synth.pickle');
+  execFileSync(join(ROOT, 'target', 'debug', 'memscape'), ['synth', '--size', '250M', '-o', big]);
+  const tabs = await page.locator('.tab').count();
+  await page.setInputFiles('#file-input', big);
+  await page.waitForSelector('#loads .load progress');
+  const figures = await page.locator('#loads .load-figures').textContent();
+  assert.match(figures, /MiB \(\d+%\)/);
+  await page.locator('#loads .cancel').click();
+  await page.waitForFunction(() => !document.querySelector('#loads .load'));
+  await page.waitForTimeout(300);
+  assert.equal(await page.locator('.tab').count(), tabs, 'a cancelled load adds no tab');
+});
+
+test('shortcuts overlay, PNG export, segment view and the URL restore the view', async () => {
+  await showExample();
+  await page.keyboard.press('?');
+  await page.waitForSelector('#help');
+  assert.match(await page.locator('#help').textContent(), /zoom in/);
+  await shot('09-help');
+  await page.keyboard.press('?');
+  const [download] = await Promise.all([page.waitForEvent('download'), page.locator('#png').click()]);
+  assert.match(download.suggestedFilename(), /\.png$/);
+  const png = readFileSync(await download.path());
+  assert.equal(png.subarray(1, 4).toString(), 'PNG');
+
+  await page.locator('#kind').selectOption('segments');
+  await settle();
+  await page.waitForTimeout(200);
+  await shot('10-segments');
+  assert.equal((await hash()).kind, 'segments');
+  await page.locator('#kind').selectOption('blocks');
+  await settle();
+
+  await page.locator('#timeline').hover();
+  await page.keyboard.press('w');
+  await page.keyboard.press('d');
+  await settle();
+  const h = await hash();
+  await page.reload();
+  await waitForTab(EXAMPLE);
+  await page.waitForTimeout(300);
+  const r = await hash();
+  assert.equal(Number(r.start).toFixed(1), Number(h.start).toFixed(1));
+  assert.equal(Number(r.end).toFixed(1), Number(h.end).toFixed(1));
+});
+
+test('no request leaves the page\'s origin', async () => {
+  assert.ok(requests.length > 5);
+  const origin = srv.url.slice(0, -1);
+  const foreign = requests.filter(u => !(u.startsWith(origin + '/') || u.startsWith('blob:' + origin) || u.startsWith('data:')));
+  assert.deepEqual(foreign, []);
+});

@@ -1,0 +1,465 @@
+//! `engine` is the viewer's store: it holds the open snapshots and answers the page's
+//! questions ([`protocol::Request`]) with view models ([`protocol::Response`]). It runs in
+//! the Web Worker, but is plain Rust over plain data, so everything the viewer shows is
+//! tested natively here. Layout, colours and summaries are decided here; the page only
+//! turns view models into pixels.
+
+#![deny(missing_docs)]
+
+#[allow(missing_docs)]
+pub mod protocol;
+
+use std::collections::HashMap;
+
+use protocol::*;
+use snapshot::state::StateIndex;
+use snapshot::timeline::{LodQuery, Origin, Timeline};
+use snapshot::{frames, search, stats, Action, Limits, Loader, Snapshot};
+
+/// A file being read, chunk by chunk.
+pub struct Loading {
+    name: String,
+    total: u64,
+    loader: Loader,
+    started: f64,
+}
+
+impl Loading {
+    /// Starts reading `name` of `total` bytes; `now_ms` is the caller's clock.
+    pub fn new(name: &str, total: u64, now_ms: f64) -> Self {
+        let mut loader = Loader::new(Limits::default());
+        loader.set_size_hint(total);
+        Loading { name: name.to_string(), total, loader, started: now_ms }
+    }
+
+    /// Feeds the next slice; an error names the file, what was wrong and where.
+    pub fn feed(&mut self, chunk: &[u8]) -> Result<(), String> {
+        self.loader.feed(chunk).map_err(|e| format!("{}: {e}", self.name))
+    }
+
+    /// Bytes read so far.
+    pub fn bytes(&self) -> u64 {
+        self.loader.bytes_consumed()
+    }
+
+    /// The file's size.
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+}
+
+struct Lane {
+    timeline: Timeline,
+    ooms: Vec<u32>,
+    spans: Vec<SpanVm>,
+    hits: Option<Vec<bool>>,
+    n_hits: u32,
+}
+
+struct Doc {
+    info: DocInfo,
+    snap: Snapshot,
+    lanes: HashMap<(u32, Kind), Lane>,
+    states: HashMap<u32, StateIndex>,
+}
+
+/// The open files.
+#[derive(Default)]
+pub struct Engine {
+    docs: HashMap<DocId, Doc>,
+    next: DocId,
+}
+
+impl Engine {
+    /// An engine with nothing open.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Finishes a load: the snapshot is kept and its default device laid out. `now_ms` is
+    /// the caller's clock (the worker has no `Instant`).
+    pub fn finish(&mut self, loading: Loading, now_ms: &dyn Fn() -> f64) -> Result<DocInfo, String> {
+        let name = loading.name.clone();
+        let loaded = loading.loader.finish().map_err(|e| format!("{name}: {e}"))?;
+        let parsed = now_ms();
+        let snap = loaded.snapshot;
+        let summary = stats::summary(&snap);
+        let devices = snap
+            .devices()
+            .into_iter()
+            .map(|d| DeviceInfo {
+                device: d as u32,
+                entries: snap.trace(d).len() as u64,
+                segments: snap.segments.iter().filter(|s| s.device == d as i64).count() as u64,
+                has_time: snap.trace(d).has_time(),
+            })
+            .collect();
+        let doc = self.next;
+        self.next += 1;
+        let info = DocInfo {
+            doc,
+            name,
+            bytes: loading.total,
+            format: format!("{:?}", loaded.format),
+            warnings: loaded.warnings.iter().map(|w| w.to_string()).collect(),
+            devices,
+            default_device: snap.default_device().map(|d| d as u32),
+            summary,
+            parse_ms: parsed - loading.started,
+            layout_ms: 0.0,
+            model_bytes: snap.heap_bytes() as u64,
+            heap_bytes: 0,
+        };
+        let mut d = Doc { info, snap, lanes: HashMap::new(), states: HashMap::new() };
+        if let Some(dev) = d.info.default_device {
+            d.lane(dev, Kind::Blocks);
+        }
+        d.info.layout_ms = now_ms() - parsed;
+        let info = d.info.clone();
+        self.docs.insert(doc, d);
+        Ok(info)
+    }
+
+    /// Answers one request.
+    pub fn handle(&mut self, req: Request) -> Response {
+        let doc_id = match &req {
+            Request::View(q) => q.doc,
+            Request::Details { doc, .. }
+            | Request::Events { doc, .. }
+            | Request::State { doc, .. }
+            | Request::Search { doc, .. }
+            | Request::ClearSearch { doc }
+            | Request::Close { doc } => *doc,
+        };
+        if let Request::Close { doc } = req {
+            self.docs.remove(&doc);
+            return Response::Done;
+        }
+        let Some(doc) = self.docs.get_mut(&doc_id) else {
+            return Response::Error(format!("no open file #{doc_id}"));
+        };
+        match req {
+            Request::View(q) => Response::View(doc.view(&q)),
+            Request::Details { device, kind, element, .. } => match doc.details(device, kind, element) {
+                Some(d) => Response::Details(d),
+                None => Response::Error(format!("no element {element}")),
+            },
+            Request::Events { device, first, count, .. } => Response::Events(doc.events(device, first, count)),
+            Request::State { device, entry, .. } => Response::State(doc.state(device, entry)),
+            Request::Search { device, kind, query, .. } => match doc.search(device, kind, &query) {
+                Ok(r) => Response::Search(r),
+                Err(e) => Response::Error(e),
+            },
+            Request::ClearSearch { .. } => {
+                for lane in doc.lanes.values_mut() {
+                    lane.hits = None;
+                    lane.n_hits = 0;
+                }
+                Response::Done
+            }
+            Request::Close { .. } => Response::Done,
+        }
+    }
+}
+
+/// Elements as thin as `1 / SUBPIXEL` of a pixel row are still drawn on their own.
+pub const SUBPIXEL: u64 = 16;
+
+/// A stable, distinct colour for an element: hues spaced by the golden angle.
+pub fn colour(seed: u32) -> u32 {
+    let h = (f64::from(seed) * 0.618_033_988_749_895).fract() * 6.0;
+    let (s, l) = (0.55, 0.58);
+    let c = (1.0 - (2.0 * l - 1.0f64).abs()) * s;
+    let x = c * (1.0 - (h % 2.0 - 1.0).abs());
+    let (r, g, b) = match h as u32 {
+        0 => (c, x, 0.0),
+        1 => (x, c, 0.0),
+        2 => (0.0, c, x),
+        3 => (0.0, x, c),
+        4 => (x, 0.0, c),
+        _ => (c, 0.0, x),
+    };
+    let m = l - c / 2.0;
+    let byte = |v: f64| ((v + m) * 255.0).round().clamp(0.0, 255.0) as u32;
+    (byte(r) << 16) | (byte(g) << 8) | byte(b)
+}
+
+impl Doc {
+    fn lane(&mut self, device: u32, kind: Kind) -> &mut Lane {
+        let snap = &self.snap;
+        self.lanes.entry((device, kind)).or_insert_with(|| {
+            let timeline = Timeline::build(snap, device as usize, kind);
+            let trace = snap.trace(device as usize);
+            let ooms = (0..trace.len())
+                .filter(|&i| trace.action(i) == Action::Oom)
+                .map(|i| timeline.step_of_entry(i as u32))
+                .collect();
+            let spans = spans(snap, &timeline, device);
+            Lane { timeline, ooms, spans, hits: None, n_hits: 0 }
+        })
+    }
+
+    fn view(&mut self, q: &ViewQuery) -> ViewModel {
+        let snap_trace_time = {
+            let t = self.snap.trace(q.device as usize);
+            t.has_time()
+        };
+        self.lane(q.device, q.kind);
+        let lane = &self.lanes[&(q.device, q.kind)];
+        let tl = &lane.timeline;
+        let y_max = tl.peak_bytes().max(1);
+        let n = f64::from(tl.n_steps());
+        let (start, end) = if q.end > q.start { (q.start, q.end) } else { (0.0, n) };
+        // Elements down to a sixteenth of a pixel row are drawn (thin bands blend into a
+        // texture, as in PyTorch's viewer, and stay hoverable); smaller ones are summarized.
+        let min_bytes = if q.totals_only { u64::MAX } else { (y_max / (u64::from(q.rows.max(1)) * SUBPIXEL)).max(1) };
+        let lod = tl.lod(&LodQuery { start, end, columns: q.columns, min_bytes });
+        let trace_time = |step: u32| -> Option<i64> {
+            if !snap_trace_time {
+                return None;
+            }
+            tl.step_entry(step).and_then(|e| self.snap.trace(q.device as usize).time_us(e as usize))
+        };
+        let columns = lod
+            .columns
+            .iter()
+            .map(|c| ColumnVm {
+                step: c.step,
+                total: c.total_bytes,
+                drawn: if q.totals_only { 0 } else { c.drawn_bytes },
+                time_us: trace_time(c.step),
+            })
+            .collect();
+        let els = tl.elements();
+        let bands = if q.totals_only {
+            Vec::new()
+        } else {
+            lod.bands
+                .iter()
+                .map(|b| BandVm {
+                    element: b.element,
+                    first: b.first_column,
+                    last: b.last_column,
+                    offset: b.offset_bytes,
+                    size: b.size_bytes,
+                    rgb: colour(els[b.element as usize].order),
+                    hit: lane.hits.as_ref().is_some_and(|h| h[b.element as usize]),
+                })
+                .collect()
+        };
+        ViewModel {
+            n_steps: tl.n_steps(),
+            start,
+            end,
+            y_max,
+            peak_step: tl.peak_step(),
+            peak_bytes: tl.peak_bytes(),
+            columns,
+            bands,
+            ooms: lane.ooms.clone(),
+            spans: lane.spans.clone(),
+            hits: lane.n_hits,
+        }
+    }
+
+    fn details(&mut self, device: u32, kind: Kind, element: u32) -> Option<Details> {
+        self.lane(device, kind);
+        let lane = &self.lanes[&(device, kind)];
+        let snap = &self.snap;
+        let tl = &lane.timeline;
+        let e = tl.elements().get(element as usize)?;
+        let trace = snap.trace(device as usize);
+        let entry = e.alloc_entry.or(e.free_entry).map(|i| i as usize).filter(|&i| i < trace.len());
+        let seg = e.segment.and_then(|s| snap.segments.get(s as usize));
+        let block = seg.and_then(|s| s.blocks.iter().find(|b| b.address == Some(e.addr)));
+        let stack = e.stack;
+        let text = |id: Option<snapshot::StrId>| id.map(|s| snap.str(s).to_string());
+        let origin = match e.origin {
+            Origin::Traced => match e.alloc_entry {
+                Some(a) => format!("allocated at event {a}"),
+                None => "allocated in the trace".into(),
+            },
+            Origin::UnmatchedFree => format!(
+                "allocated before recording began: its allocation was never recorded, freed at event {}",
+                e.free_entry.map_or("?".to_string(), |f| f.to_string())
+            ),
+            Origin::Snapshot => "alive before recording began: known only from the final snapshot".into(),
+        };
+        let total_after = if e.origin == Origin::Traced {
+            tl.totals().get(e.start as usize).copied().unwrap_or(0)
+        } else {
+            tl.initial_bytes()
+        };
+        Some(Details {
+            element,
+            kind,
+            addr: e.addr,
+            size: e.size,
+            requested: block.map(|b| b.requested_bytes()),
+            stream: entry.map(|i| trace.stream(i)).or(seg.map(|s| s.stream)),
+            pool: entry.and_then(|i| trace.pool_id(i)).or(seg.and_then(|s| s.segment_pool_id)),
+            time_us: entry.and_then(|i| trace.time_us(i)),
+            start_step: e.start,
+            end_step: e.end,
+            alloc_entry: e.alloc_entry,
+            free_entry: e.free_entry,
+            total_after,
+            compile_context: entry.and_then(|i| text(trace.compile_context(i))),
+            user_metadata: entry.and_then(|i| text(trace.user_metadata(i))).filter(|s| !s.is_empty()),
+            category: entry.and_then(|i| text(trace.category(i))),
+            origin,
+            frames: stack.map(|s| frames::stack_lines(snap, s, true)).unwrap_or_default(),
+            all_frames: stack.map(|s| frames::stack_lines(snap, s, false)).unwrap_or_default(),
+        })
+    }
+
+    fn events(&self, device: u32, first: u32, count: u32) -> EventPage {
+        let snap = &self.snap;
+        let t = snap.trace(device as usize);
+        let total = t.len() as u32;
+        let end = first.saturating_add(count).min(total);
+        let rows = (first.min(end)..end)
+            .map(|i| {
+                let i = i as usize;
+                let frame = t
+                    .frames(i)
+                    .and_then(|s| {
+                        snap.stack(s).find(|f| !frames::is_hidden(snap, f)).map(|f| frames::frame_line(snap, f))
+                    })
+                    .unwrap_or_default();
+                EventRow {
+                    entry: i as u32,
+                    action: t.action(i).name().unwrap_or("?").to_string(),
+                    addr: t.addr(i),
+                    size: t.size(i),
+                    stream: t.stream(i),
+                    time_us: t.time_us(i),
+                    frame,
+                }
+            })
+            .collect();
+        EventPage { total, first, rows }
+    }
+
+    fn state(&mut self, device: u32, entry: Option<u32>) -> StateView {
+        let step = entry.map(|e| self.lane(device, Kind::Blocks).timeline.step_of_entry(e));
+        let snap = &self.snap;
+        let idx = self.states.entry(device).or_insert_with(|| StateIndex::build(snap, device as usize));
+        let st = idx.state_after(snap, entry.map(|e| e as usize));
+        let mut pools = std::collections::HashSet::new();
+        let mut pending = 0;
+        let segments: Vec<SegmentVm> = st
+            .segments
+            .iter()
+            .map(|s| {
+                if let Some(p) = s.pool.filter(|p| *p != (0, 0)) {
+                    pools.insert(p);
+                }
+                SegmentVm {
+                    address: s.address,
+                    size: s.size,
+                    stream: s.stream,
+                    pool: s.pool,
+                    expandable: s.expandable,
+                    blocks: s
+                        .blocks
+                        .iter()
+                        .map(|b| {
+                            pending += u32::from(b.pending_free);
+                            BlockVm {
+                                offset: b.address.saturating_sub(s.address),
+                                size: b.size,
+                                requested: b.requested_size,
+                                pending_free: b.pending_free,
+                                rgb: colour((b.address >> 9) as u32 ^ (b.address >> 41) as u32),
+                            }
+                        })
+                        .collect(),
+                }
+            })
+            .collect();
+        StateView {
+            after_entry: st.after_entry,
+            step,
+            reserved: st.reserved_bytes,
+            allocated: st.allocated_bytes,
+            internal_free: st.segments.iter().map(|s| s.internal_free_bytes).sum(),
+            external_free: st.segments.iter().map(|s| s.external_free_bytes).sum(),
+            pending_frees: pending,
+            private_pools: pools.len() as u32,
+            segments,
+            orphan_blocks: st.orphan_blocks.len() as u32,
+        }
+    }
+
+    fn search(&mut self, device: u32, kind: Kind, q: &search::Query) -> Result<SearchResult, String> {
+        self.lane(device, kind);
+        for lane in self.lanes.values_mut() {
+            lane.hits = None;
+            lane.n_hits = 0;
+        }
+        let snap = &self.snap;
+        let Some(lane) = self.lanes.get_mut(&(device, kind)) else { return Err("no such device".into()) };
+        let found = search::find(snap, &lane.timeline, q)?;
+        let els = lane.timeline.elements();
+        let mut hits = vec![false; els.len()];
+        for &i in &found {
+            hits[i as usize] = true;
+        }
+        let matches = found.iter().map(|&i| (i, els[i as usize].start, els[i as usize].end)).collect();
+        lane.hits = Some(hits);
+        lane.n_hits = found.len() as u32;
+        Ok(SearchResult { count: found.len() as u32, matches })
+    }
+}
+
+/// `record_function` spans of a device placed on its steps: STARTs and ENDs are paired by
+/// name, innermost first; an END without a START starts at step 0 and a START without an
+/// END runs to the end, both flagged so the page can show them.
+fn spans(snap: &Snapshot, tl: &Timeline, device: u32) -> Vec<SpanVm> {
+    let Some(ann) = &snap.external_annotations else { return Vec::new() };
+    let trace = snap.trace(device as usize);
+    if !trace.has_time() {
+        return Vec::new();
+    }
+    let times: Vec<i64> = (0..tl.n_actions() as u32)
+        .map(|s| tl.step_entry(s).and_then(|e| trace.time_us(e as usize)).unwrap_or(i64::MIN))
+        .collect();
+    let step_at = |t: i64| times.partition_point(|&x| x < t) as f64;
+    let n = f64::from(tl.n_steps());
+    let mut open: Vec<(String, f64)> = Vec::new();
+    let mut out = Vec::new();
+    for a in ann.iter().filter(|a| a.device < 0 || a.device == i64::from(device)) {
+        let name = snap.str(a.name).to_string();
+        let at = step_at(a.time_us);
+        match snap.str(a.stage) {
+            "START" => open.push((name, at)),
+            "END" => match open.iter().rposition(|(n, _)| *n == name) {
+                Some(k) => {
+                    let (name, start) = open.remove(k);
+                    out.push(SpanVm {
+                        name,
+                        start,
+                        end: at.max(start),
+                        depth: k as u32,
+                        unmatched_end: false,
+                        unmatched_start: false,
+                    });
+                }
+                None => out.push(SpanVm {
+                    name,
+                    start: 0.0,
+                    end: at,
+                    depth: open.len() as u32,
+                    unmatched_end: true,
+                    unmatched_start: false,
+                }),
+            },
+            _ => {}
+        }
+    }
+    for (k, (name, start)) in open.into_iter().enumerate() {
+        out.push(SpanVm { name, start, end: n, depth: k as u32, unmatched_end: false, unmatched_start: true });
+    }
+    out
+}

@@ -1,0 +1,256 @@
+//! Messages between the page and the worker. Both ends are Rust; they travel as postcard
+//! bytes. Everything here is a view model: plain numbers and strings ready to draw.
+
+use serde::{Deserialize, Serialize};
+pub use snapshot::search::Query;
+pub use snapshot::stats::Summary;
+pub use snapshot::timeline::TimelineKind as Kind;
+
+/// An open file.
+pub type DocId = u32;
+
+/// A question from the page.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum Request {
+    /// The timeline drawn in a window of steps.
+    View(ViewQuery),
+    /// Everything known about one element (hover and pin).
+    Details { doc: DocId, device: u32, kind: Kind, element: u32 },
+    /// A page of the event list.
+    Events { doc: DocId, device: u32, first: u32, count: u32 },
+    /// The allocator after an event (`None`: before the first).
+    State { doc: DocId, device: u32, entry: Option<u32> },
+    /// Finds elements; later views highlight them.
+    Search { doc: DocId, device: u32, kind: Kind, query: Query },
+    /// Clears the search highlight.
+    ClearSearch { doc: DocId },
+    /// Forgets a file.
+    Close { doc: DocId },
+}
+
+/// The answer to a [`Request`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum Response {
+    View(ViewModel),
+    Details(Details),
+    Events(EventPage),
+    State(StateView),
+    Search(SearchResult),
+    Done,
+    Error(String),
+}
+
+/// What the worker says about a load.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum LoadEvent {
+    Progress { bytes: u64, total: u64 },
+    Loaded(DocInfo),
+    Failed(String),
+    Cancelled,
+}
+
+/// A message from the worker: the request (or load) it answers and the answer.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum FromWorker {
+    Ready,
+    Load { id: u32, event: LoadEvent },
+    Reply { id: u32, response: Response },
+}
+
+/// A message from the page that is not a file (files travel as `File` objects).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum ToWorker {
+    Request { id: u32, request: Request },
+    Cancel { id: u32 },
+}
+
+/// A file that finished loading.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DocInfo {
+    pub doc: DocId,
+    pub name: String,
+    pub bytes: u64,
+    pub format: String,
+    pub warnings: Vec<String>,
+    pub devices: Vec<DeviceInfo>,
+    /// The device to show first (most events, never an empty one).
+    pub default_device: Option<u32>,
+    pub summary: Summary,
+    /// Worker-side time to parse and lay out, ms.
+    pub parse_ms: f64,
+    pub layout_ms: f64,
+    /// Bytes the model holds.
+    pub model_bytes: u64,
+    /// The worker's whole memory after loading (set by the worker; 0 natively).
+    pub heap_bytes: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DeviceInfo {
+    pub device: u32,
+    pub entries: u64,
+    pub segments: u64,
+    pub has_time: bool,
+}
+
+/// A window of the timeline.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ViewQuery {
+    pub doc: DocId,
+    pub device: u32,
+    pub kind: Kind,
+    /// First step (fractional).
+    pub start: f64,
+    /// End step (exclusive).
+    pub end: f64,
+    /// Pixel columns.
+    pub columns: u32,
+    /// Pixel rows of the plot: what is thinner than one row is summarized.
+    pub rows: u32,
+    /// Leave out bands (the minimap needs only the totals).
+    pub totals_only: bool,
+}
+
+/// What to draw.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ViewModel {
+    pub n_steps: u32,
+    /// The window drawn (the query's, or the whole trace when the query's was empty).
+    pub start: f64,
+    pub end: f64,
+    /// Top of the y axis, bytes (the peak of the whole trace, so zooming keeps the scale).
+    pub y_max: u64,
+    pub peak_step: u32,
+    pub peak_bytes: u64,
+    pub columns: Vec<ColumnVm>,
+    pub bands: Vec<BandVm>,
+    /// Steps of out-of-memory events.
+    pub ooms: Vec<u32>,
+    /// `record_function` spans from `external_annotations`.
+    pub spans: Vec<SpanVm>,
+    /// Search matches in the whole timeline.
+    pub hits: u32,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ColumnVm {
+    pub step: u32,
+    pub total: u64,
+    /// Bytes drawn as bands; `total - drawn` is summarized on top.
+    pub drawn: u64,
+    pub time_us: Option<i64>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct BandVm {
+    pub element: u32,
+    pub first: u32,
+    pub last: u32,
+    pub offset: u64,
+    pub size: u64,
+    pub rgb: u32,
+    pub hit: bool,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SpanVm {
+    pub name: String,
+    /// Steps (fractional).
+    pub start: f64,
+    pub end: f64,
+    /// Row within the lane (nested spans go lower).
+    pub depth: u32,
+    /// An END without a START (drawn from the beginning of the trace).
+    pub unmatched_end: bool,
+    /// A START without an END (drawn to the end).
+    pub unmatched_start: bool,
+}
+
+/// One element, for the details panel.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Details {
+    pub element: u32,
+    pub kind: Kind,
+    pub addr: u64,
+    pub size: u64,
+    pub requested: Option<u64>,
+    pub stream: Option<i64>,
+    pub pool: Option<(u64, u64)>,
+    pub time_us: Option<i64>,
+    pub start_step: u32,
+    pub end_step: u32,
+    pub alloc_entry: Option<u32>,
+    pub free_entry: Option<u32>,
+    /// Live bytes right after it was allocated.
+    pub total_after: u64,
+    pub compile_context: Option<String>,
+    pub user_metadata: Option<String>,
+    pub category: Option<String>,
+    /// `Allocated in the trace`, `Freed in the trace, allocated before recording began`, ...
+    pub origin: String,
+    pub frames: Vec<String>,
+    pub all_frames: Vec<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct EventPage {
+    pub total: u32,
+    pub first: u32,
+    pub rows: Vec<EventRow>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct EventRow {
+    pub entry: u32,
+    pub action: String,
+    pub addr: u64,
+    pub size: u64,
+    pub stream: i64,
+    pub time_us: Option<i64>,
+    /// The innermost frame PyTorch's filter keeps.
+    pub frame: String,
+}
+
+/// The allocator after an event.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct StateView {
+    pub after_entry: Option<u32>,
+    /// The event's step on the allocation timeline.
+    pub step: Option<u32>,
+    pub reserved: u64,
+    pub allocated: u64,
+    pub internal_free: u64,
+    pub external_free: u64,
+    pub pending_frees: u32,
+    pub private_pools: u32,
+    pub segments: Vec<SegmentVm>,
+    /// Blocks whose segment is unknown (trace started after the segment was made).
+    pub orphan_blocks: u32,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SegmentVm {
+    pub address: u64,
+    pub size: u64,
+    pub stream: i64,
+    pub pool: Option<(u64, u64)>,
+    pub expandable: bool,
+    pub blocks: Vec<BlockVm>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct BlockVm {
+    /// Bytes from the segment's start.
+    pub offset: u64,
+    pub size: u64,
+    pub requested: u64,
+    pub pending_free: bool,
+    pub rgb: u32,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SearchResult {
+    pub count: u32,
+    /// Matching elements with their lifetimes (steps), in element order.
+    pub matches: Vec<(u32, u32, u32)>,
+}

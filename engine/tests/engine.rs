@@ -1,0 +1,294 @@
+//! The engine answers the page's questions with what the core computes: these tests ask
+//! as the page does, on real corpus files, and check the answers against the core's own
+//! analyses and against the files' contents.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+
+use engine::protocol::*;
+use engine::{Engine, Loading};
+use snapshot::timeline::Timeline;
+use snapshot::{frames, stats, Action, Snapshot};
+
+fn corpus() -> PathBuf {
+    let dir = std::env::var_os("MEMSCAPE_CORPUS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/corpus"));
+    assert!(dir.join("expected").is_dir(), "corpus not found at {} (set MEMSCAPE_CORPUS)", dir.display());
+    dir
+}
+
+fn example() -> Vec<u8> {
+    std::fs::read(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/cs336-fullstep.pickle")).unwrap()
+}
+
+/// Loads like the worker: in slices.
+fn open(engine: &mut Engine, name: &str, bytes: &[u8], slice: usize) -> Result<DocInfo, String> {
+    let mut l = Loading::new(name, bytes.len() as u64, 0.0);
+    for c in bytes.chunks(slice) {
+        l.feed(c)?;
+    }
+    assert_eq!(l.bytes(), bytes.len() as u64);
+    engine.finish(l, &|| 0.0)
+}
+
+fn view(e: &mut Engine, doc: DocId, device: u32, kind: Kind, start: f64, end: f64, columns: u32) -> ViewModel {
+    let q = ViewQuery { doc, device, kind, start, end, columns, rows: 300, totals_only: false };
+    match e.handle(Request::View(q)) {
+        Response::View(v) => v,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn load_reports_the_core_statistics_and_default_device() {
+    let bytes = example();
+    let mut e = Engine::new();
+    let info = open(&mut e, "ex.pickle", &bytes, 1 << 20).unwrap();
+    let snap = snapshot::read(&bytes).unwrap().snapshot;
+    assert_eq!(info.summary, stats::summary(&snap));
+    assert_eq!(info.default_device, snap.default_device().map(|d| d as u32));
+    assert_eq!(info.devices.len(), snap.devices().len());
+    assert_eq!(info.devices[0].entries, snap.trace(0).len() as u64);
+    assert_eq!(info.name, "ex.pickle");
+}
+
+#[test]
+fn views_draw_what_the_timeline_holds() {
+    let bytes = example();
+    let mut e = Engine::new();
+    let info = open(&mut e, "ex", &bytes, 3 << 20).unwrap();
+    let snap = snapshot::read(&bytes).unwrap().snapshot;
+    let tl = Timeline::build(&snap, 0, Kind::Blocks);
+    // An empty window means the whole trace.
+    let v = view(&mut e, info.doc, 0, Kind::Blocks, 0.0, 0.0, 640);
+    assert_eq!((v.start, v.end), (0.0, f64::from(tl.n_steps())));
+    assert_eq!(v.columns.len(), 640);
+    assert_eq!(v.peak_bytes, tl.peak_bytes());
+    assert_eq!(v.columns[0].total, tl.totals()[v.columns[0].step as usize]);
+    assert!(v.columns.iter().any(|c| c.step == tl.peak_step()), "the peak column is sampled");
+    assert!(!v.bands.is_empty());
+    let min_bytes = v.y_max / (300 * engine::SUBPIXEL);
+    for c in (0..640).step_by(37) {
+        let mut in_col: Vec<&BandVm> = v.bands.iter().filter(|b| b.first <= c && c <= b.last).collect();
+        in_col.sort_by_key(|b| b.offset);
+        let mut top = 0;
+        for b in &in_col {
+            assert_eq!(b.offset, top, "bands stack without gaps in column {c}");
+            assert!(b.size >= min_bytes);
+            top += b.size;
+        }
+        let col = &v.columns[c as usize];
+        assert_eq!(top, col.drawn);
+        assert!(col.drawn <= col.total);
+        // What the page's hit test finds is what the core finds at that step and height.
+        if let Some(b) = in_col.get(in_col.len() / 2) {
+            assert_eq!(tl.element_at(col.step, b.offset + b.size / 2, min_bytes), Some(b.element));
+        }
+    }
+    // Zooming in: fewer steps per column, same scale.
+    let z = view(&mut e, info.doc, 0, Kind::Blocks, 4000.0, 4200.0, 400);
+    assert_eq!(z.y_max, v.y_max);
+    assert!(z.columns.iter().all(|c| (4000..4201).contains(&c.step)));
+    // The minimap asks for totals only.
+    let q = ViewQuery {
+        doc: info.doc,
+        device: 0,
+        kind: Kind::Blocks,
+        start: 0.0,
+        end: 0.0,
+        columns: 100,
+        rows: 1,
+        totals_only: true,
+    };
+    let Response::View(m) = e.handle(Request::View(q)) else { panic!() };
+    assert!(m.bands.is_empty());
+    assert_eq!(m.columns.len(), 100);
+}
+
+#[test]
+fn details_events_state_and_search_agree_with_the_core() {
+    let bytes = example();
+    let mut e = Engine::new();
+    let info = open(&mut e, "ex", &bytes, 1 << 22).unwrap();
+    let snap = snapshot::read(&bytes).unwrap().snapshot;
+    let tl = Timeline::build(&snap, 0, Kind::Blocks);
+    let trace = snap.trace(0);
+    let doc = info.doc;
+
+    // Details: a traced allocation with a stack.
+    let (id, el) =
+        tl.elements().iter().enumerate().find(|(_, x)| x.alloc_entry.is_some() && x.stack.is_some()).unwrap();
+    let Response::Details(d) = e.handle(Request::Details { doc, device: 0, kind: Kind::Blocks, element: id as u32 })
+    else {
+        panic!()
+    };
+    let entry = el.alloc_entry.unwrap() as usize;
+    assert_eq!((d.addr, d.size), (trace.addr(entry), el.size));
+    assert_eq!(d.frames, frames::stack_lines(&snap, el.stack.unwrap(), true));
+    assert_eq!(d.all_frames.len(), frames::stack_lines(&snap, el.stack.unwrap(), false).len());
+    assert_eq!(d.time_us, trace.time_us(entry));
+    assert_eq!(d.total_after, tl.totals()[el.start as usize]);
+    assert!(d.origin.contains(&format!("event {entry}")));
+    // Elements alive before recording are labelled as such.
+    let (pre, _) = tl.elements().iter().enumerate().find(|(_, x)| x.alloc_entry.is_none()).unwrap();
+    let Response::Details(p) = e.handle(Request::Details { doc, device: 0, kind: Kind::Blocks, element: pre as u32 })
+    else {
+        panic!()
+    };
+    assert!(p.origin.contains("before recording began"), "{}", p.origin);
+
+    // Event pages.
+    let Response::Events(page) = e.handle(Request::Events { doc, device: 0, first: 100, count: 5 }) else { panic!() };
+    assert_eq!(page.total as usize, trace.len());
+    assert_eq!(page.rows.len(), 5);
+    for r in &page.rows {
+        let i = r.entry as usize;
+        assert_eq!(
+            (r.addr, r.size, r.action.as_str()),
+            (trace.addr(i), trace.size(i), trace.action(i).name().unwrap())
+        );
+    }
+    let Response::Events(end) = e.handle(Request::Events { doc, device: 0, first: page.total - 2, count: 10 }) else {
+        panic!()
+    };
+    assert_eq!(end.rows.len(), 2);
+
+    // Allocator state after an event equals the core's.
+    let idx = snapshot::state::StateIndex::build(&snap, 0);
+    for entry in [0u32, 777, trace.len() as u32 - 1] {
+        let Response::State(st) = e.handle(Request::State { doc, device: 0, entry: Some(entry) }) else { panic!() };
+        let want = idx.state_after(&snap, Some(entry as usize));
+        assert_eq!((st.reserved, st.allocated), (want.reserved_bytes, want.allocated_bytes));
+        assert_eq!(st.segments.len(), want.segments.len());
+        assert_eq!(st.step, Some(tl.step_of_entry(entry)));
+        let blocks: usize = st.segments.iter().map(|s| s.blocks.len()).sum();
+        assert_eq!(blocks, want.segments.iter().map(|s| s.blocks.len()).sum::<usize>());
+    }
+
+    // Search by text: every element whose stack has a matching frame, and only those.
+    let Response::Search(r) =
+        e.handle(Request::Search { doc, device: 0, kind: Kind::Blocks, query: Query::Substring("OPTIMIZER".into()) })
+    else {
+        panic!()
+    };
+    let brute: Vec<u32> = tl
+        .elements()
+        .iter()
+        .enumerate()
+        .filter(|(_, x)| {
+            x.stack.is_some_and(|s| {
+                snap.stack(s).any(|f| frames::frame_line(&snap, f).to_lowercase().contains("optimizer"))
+            })
+        })
+        .map(|(i, _)| i as u32)
+        .collect();
+    assert!(!brute.is_empty());
+    assert_eq!(r.matches.iter().map(|m| m.0).collect::<Vec<_>>(), brute);
+    // Views now flag the hits.
+    let v = view(&mut e, doc, 0, Kind::Blocks, 0.0, 0.0, 500);
+    assert_eq!(v.hits as usize, brute.len());
+    assert!(v.bands.iter().all(|b| b.hit == brute.binary_search(&b.element).is_ok()));
+    // Regex and address.
+    let Response::Search(rx) =
+        e.handle(Request::Search { doc, device: 0, kind: Kind::Blocks, query: Query::Regex("(?i)optimizer".into()) })
+    else {
+        panic!()
+    };
+    assert_eq!(rx.count as usize, brute.len());
+    let target = &tl.elements()[id];
+    let q = Query::Address(format!("0x{:x}", target.addr + 1));
+    let Response::Search(ra) = e.handle(Request::Search { doc, device: 0, kind: Kind::Blocks, query: q }) else {
+        panic!()
+    };
+    assert!(ra.matches.iter().any(|m| m.0 == id as u32));
+    assert!(matches!(
+        e.handle(Request::Search { doc, device: 0, kind: Kind::Blocks, query: Query::Regex("(".into()) }),
+        Response::Error(m) if m.contains("regular expression")
+    ));
+    e.handle(Request::ClearSearch { doc });
+    assert_eq!(view(&mut e, doc, 0, Kind::Blocks, 0.0, 0.0, 10).hits, 0);
+}
+
+fn annotations(snap: &Snapshot) -> (usize, usize) {
+    let a = snap.external_annotations.as_deref().unwrap_or(&[]);
+    let n = |stage: &str| a.iter().filter(|x| snap.str(x.stage) == stage).count();
+    (n("START"), n("END"))
+}
+
+#[test]
+fn annotations_and_ooms_become_lanes_without_dropping_any() {
+    let dir = corpus();
+    let mut checked = 0;
+    for name in [
+        "pt29-blockzero-maxentries1-unmatched-annotation.pickle",
+        "pt25-cs336-fullstep-annotations.pickle",
+        "pt25-cs336-2.7b-compile-annotations.pickle",
+        "pt20-flexgen-opt-oom-history.pickle",
+    ] {
+        let bytes = std::fs::read(dir.join(name)).unwrap();
+        let snap = snapshot::read(&bytes).unwrap().snapshot;
+        let mut e = Engine::new();
+        let info = open(&mut e, name, &bytes, 1 << 20).unwrap();
+        let Some(dev) = info.default_device else { continue };
+        let v = view(&mut e, info.doc, dev, Kind::Blocks, 0.0, 0.0, 200);
+        let t = snap.trace(dev as usize);
+        let ooms = (0..t.len()).filter(|&i| t.action(i) == Action::Oom).count();
+        assert_eq!(v.ooms.len(), ooms, "{name}");
+        if t.has_time() && snap.external_annotations.is_some() {
+            let (starts, ends) = annotations(&snap);
+            let matched = v.spans.iter().filter(|s| !s.unmatched_end && !s.unmatched_start).count();
+            let un_end = v.spans.iter().filter(|s| s.unmatched_end).count();
+            let un_start = v.spans.iter().filter(|s| s.unmatched_start).count();
+            assert_eq!(matched + un_start, starts, "{name}: every START is a span");
+            assert_eq!(matched + un_end, ends, "{name}: every END is a span");
+            assert!(v.spans.iter().all(|s| s.start <= s.end));
+            if name.contains("unmatched") {
+                assert!(un_end > 0, "{name}: the unmatched END is shown");
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 2, "annotations checked on {checked} files");
+}
+
+#[test]
+fn bad_files_fail_with_the_name_and_the_place_and_leave_the_rest_open() {
+    let bytes = example();
+    let mut e = Engine::new();
+    let good = open(&mut e, "good.pickle", &bytes, 1 << 20).unwrap();
+    let err = open(&mut e, "half.pickle", &bytes[..bytes.len() / 2], 1 << 16).unwrap_err();
+    assert!(err.starts_with("half.pickle: "), "{err}");
+    assert!(err.contains("offset") || err.contains("byte"), "{err}");
+    let err = open(&mut e, "notes.txt", b"hello", 1 << 16).unwrap_err();
+    assert!(err.starts_with("notes.txt: "), "{err}");
+    // The good file still answers.
+    assert!(!view(&mut e, good.doc, 0, Kind::Blocks, 0.0, 0.0, 50).bands.is_empty());
+    assert!(matches!(e.handle(Request::Close { doc: good.doc }), Response::Done));
+    assert!(matches!(e.handle(Request::Events { doc: good.doc, device: 0, first: 0, count: 1 }), Response::Error(_)));
+}
+
+#[test]
+fn segment_view_follows_reserved_memory() {
+    let bytes = std::fs::read(corpus().join("pt25plus-expandable-2gpu-tiny-nohistory.pickle")).unwrap();
+    let snap = snapshot::read(&bytes).unwrap().snapshot;
+    let mut e = Engine::new();
+    let info = open(&mut e, "x", &bytes, 1 << 20).unwrap();
+    for d in &info.devices {
+        let v = view(&mut e, info.doc, d.device, Kind::Segments, 0.0, 0.0, 50);
+        let sum = info.summary.devices.iter().find(|x| x.device == u64::from(d.device)).unwrap();
+        assert_eq!(v.peak_bytes, sum.segment_timeline.peak_bytes);
+        assert_eq!(
+            v.columns.last().unwrap().total,
+            Timeline::build(&snap, d.device as usize, Kind::Segments).final_bytes()
+        );
+    }
+}
+
+#[test]
+fn colours_are_distinct_for_neighbours() {
+    let c: Vec<u32> = (0..12).map(engine::colour).collect();
+    for w in c.windows(2) {
+        assert_ne!(w[0], w[1]);
+    }
+}

@@ -1,0 +1,105 @@
+//! Stack traces as PyTorch's viewers print them: `filename:line:name`, innermost first, with
+//! the same frame filter (interpreter and dispatcher plumbing hidden) and the same elision
+//! of repeated lines (`<repeats N times>`), see docs §4.7.
+
+use crate::model::{Frame, Snapshot, StackId};
+
+const HIDDEN_NAMES: &[&str] = &[
+    "unwind::unwind",
+    "CapturedTraceback::gather",
+    "gather_with_cpp",
+    "_start",
+    "__libc_start_main",
+    "PyEval_",
+    "PyObject_",
+    "PyFunction_",
+];
+
+const HIDDEN_FILES: &[&str] = &[
+    "core/boxing",
+    "/Register",
+    "/Redispatch",
+    "pythonrun.c",
+    "Modules/main.c",
+    "Objects/call.c",
+    "Objects/methodobject.c",
+    "pycore_ceval.h",
+    "ceval.c",
+    "cpython/abstract.h",
+];
+
+/// True when PyTorch's viewers hide this frame by default.
+pub fn is_hidden(snap: &Snapshot, f: &Frame) -> bool {
+    let name = snap.str(f.name);
+    let file = snap.str(f.filename);
+    HIDDEN_NAMES.iter().any(|h| name.contains(h)) || HIDDEN_FILES.iter().any(|h| file.contains(h))
+}
+
+/// One frame as a line: `filename:line:name`.
+pub fn frame_line(snap: &Snapshot, f: &Frame) -> String {
+    format!("{}:{}:{}", snap.str(f.filename), f.line, snap.str(f.name))
+}
+
+/// The lines of a stack, innermost first; `filtered` hides what PyTorch's viewers hide.
+/// Runs of three or more identical lines collapse to the line and `<repeats N times>`.
+pub fn stack_lines(snap: &Snapshot, stack: StackId, filtered: bool) -> Vec<String> {
+    let lines = snap.stack(stack).filter(|f| !(filtered && is_hidden(snap, f))).map(|f| frame_line(snap, f));
+    elide_repeats(lines)
+}
+
+/// Collapses runs of identical lines: a run of `n + 1 >= 3` becomes the line followed by
+/// `<repeats n times>`; shorter runs are kept as they are.
+pub fn elide_repeats(lines: impl IntoIterator<Item = String>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let flush = |out: &mut Vec<String>, line: String, k: usize| {
+        if k >= 3 {
+            out.push(line);
+            out.push(format!("<repeats {} times>", k - 1));
+        } else {
+            out.extend(std::iter::repeat_n(line, k));
+        }
+    };
+    let mut run: Option<(String, usize)> = None;
+    for line in lines {
+        match &mut run {
+            Some((prev, k)) if *prev == line => *k += 1,
+            _ => {
+                if let Some((prev, k)) = run.take() {
+                    flush(&mut out, prev, k);
+                }
+                run = Some((line, 1));
+            }
+        }
+    }
+    if let Some((prev, k)) = run {
+        flush(&mut out, prev, k);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(s: &[&str]) -> Vec<String> {
+        s.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn repeats_collapse_from_three() {
+        assert_eq!(elide_repeats(v(&["a", "a", "b"])), v(&["a", "a", "b"]));
+        assert_eq!(elide_repeats(v(&["a", "a", "a", "b"])), v(&["a", "<repeats 2 times>", "b"]));
+        assert_eq!(elide_repeats(v(&["x", "a", "a", "a", "a"])), v(&["x", "a", "<repeats 3 times>"]));
+        assert_eq!(elide_repeats(v(&["a", "b", "a"])), v(&["a", "b", "a"]));
+    }
+
+    #[test]
+    fn filter_hides_interpreter_frames() {
+        let mut s = Snapshot::default();
+        let keep = s.add_frame("forward", "model.py", 12);
+        let hide = s.add_frame("_PyEval_EvalFrameDefault", "ceval.c", 0);
+        let st = s.add_stack(&[keep, hide]);
+        assert_eq!(stack_lines(&s, st, true), v(&["model.py:12:forward"]));
+        assert_eq!(stack_lines(&s, st, false).len(), 2);
+    }
+}
