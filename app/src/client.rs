@@ -68,11 +68,18 @@ impl Inner {
     }
 
     fn receive(&self, data: JsValue) {
+        let (data, pixels) = match data.dyn_ref::<js_sys::Array>() {
+            Some(a) => (a.get(0), Some(js_sys::Uint8Array::new(&a.get(1)).to_vec())),
+            None => (data, None),
+        };
         let bytes = js_sys::Uint8Array::new(&data).to_vec();
-        let Ok(msg) = postcard::from_bytes::<FromWorker>(&bytes) else {
+        let Ok(mut msg) = postcard::from_bytes::<FromWorker>(&bytes) else {
             web_sys::console::error_1(&"memscape: unreadable message from the worker".into());
             return;
         };
+        if let (FromWorker::Reply { response: Response::View(v), .. }, Some(p)) = (&mut msg, pixels) {
+            v.pixels = p;
+        }
         match msg {
             FromWorker::Ready => {
                 self.ready.set(true);

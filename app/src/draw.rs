@@ -65,6 +65,35 @@ pub fn prepare(canvas: &HtmlCanvasElement) -> Option<(Ctx, f64, f64)> {
     Some((ctx, w, h))
 }
 
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Option<HtmlCanvasElement>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The pixels on an off-screen canvas, ready to be drawn (scaled, composited) onto another.
+fn image(rgba: &[u8], w: u32, h: u32) -> Option<HtmlCanvasElement> {
+    let data = web_sys::ImageData::new_with_u8_clamped_array_and_sh(wasm_bindgen::Clamped(rgba), w, h).ok()?;
+    SCRATCH.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.is_none() {
+            *c = web_sys::window()?.document()?.create_element("canvas").ok()?.dyn_into().ok();
+        }
+        let canvas = c.as_ref()?;
+        if canvas.width() != w || canvas.height() != h {
+            canvas.set_width(w);
+            canvas.set_height(h);
+        }
+        let ctx: Ctx = canvas.get_context("2d").ok()??.dyn_into().ok()?;
+        ctx.put_image_data(&data, 0.0, 0.0).ok()?;
+        Some(canvas.clone())
+    })
+}
+
+/// `#rrggbb` to 0xRRGGBB.
+pub fn rgb_of(css: &str) -> Option<u32> {
+    let hex = css.trim().strip_prefix('#')?;
+    (hex.len() == 6).then(|| u32::from_str_radix(hex, 16).ok()).flatten()
+}
+
 pub fn css(rgb: u32) -> String {
     format!("#{rgb:06x}")
 }
@@ -77,7 +106,7 @@ pub fn byte_step(max: u64) -> u64 {
 
 /// Tick step for a count axis: 1, 2 or 5 times a power of ten.
 pub fn count_step(span: f64, ticks: f64) -> f64 {
-    let raw = (span / ticks).max(1e-9);
+    let raw = (span / ticks).max(1.0);
     let p = 10f64.powf(raw.log10().floor());
     [1.0, 2.0, 5.0, 10.0].iter().map(|m| m * p).find(|s| *s >= raw).unwrap_or(10.0 * p)
 }
@@ -94,16 +123,11 @@ pub fn time_label(us: i64) -> String {
 }
 
 /// What the timeline shows besides the view model.
-pub struct Overlay<'a> {
+pub struct Overlay {
     pub start: f64,
     pub end: f64,
-    pub hover: Option<u32>,
-    pub pinned: Option<u32>,
-    pub searching: bool,
     pub event_step: Option<u32>,
     pub time_axis: bool,
-    /// Allocated bytes per column, drawn as a line over the segment timeline.
-    pub allocated: Option<&'a ViewModel>,
 }
 
 pub fn timeline(canvas: &HtmlCanvasElement, vm: &ViewModel, o: &Overlay, th: &Theme) {
@@ -112,7 +136,7 @@ pub fn timeline(canvas: &HtmlCanvasElement, vm: &ViewModel, o: &Overlay, th: &Th
     ctx.fill_rect(0.0, 0.0, w, h);
     let plot_h = h - TOP - BOTTOM;
     let bottom = h - BOTTOM;
-    let y_max = vm.y_max.max(1) as f64 * 1.04;
+    let y_max = vm.y_max.max(1) as f64 * engine::HEADROOM;
     let y = |bytes: f64| bottom - bytes / y_max * plot_h;
     let cols = vm.columns.len().max(1) as f64;
     let col_w = (w - LEFT - RIGHT) / cols;
@@ -136,59 +160,20 @@ pub fn timeline(canvas: &HtmlCanvasElement, vm: &ViewModel, o: &Overlay, th: &Th
         t += step;
     }
 
-    // Bands, then what is summarized on top of them.
-    let dim = o.searching;
-    for b in &vm.bands {
-        let x0 = LEFT + f64::from(b.first) * col_w;
-        let x1 = LEFT + f64::from(b.last + 1) * col_w;
-        let y1 = y(b.offset as f64);
-        let y0 = y((b.offset + b.size) as f64);
-        ctx.set_global_alpha(if dim && !b.hit { 0.18 } else { 1.0 });
-        ctx.set_fill_style_str(&css(b.rgb));
-        ctx.fill_rect(x0, y0, x1 - x0, (y1 - y0).max(0.5));
-    }
-    ctx.set_global_alpha(1.0);
-    ctx.set_fill_style_str(&th.muted);
-    for (c, col) in vm.columns.iter().enumerate() {
-        if col.total > col.drawn {
-            let x0 = LEFT + c as f64 * col_w;
-            ctx.fill_rect(x0, y(col.total as f64), col_w, y(col.drawn as f64) - y(col.total as f64));
+    // The bands, summaries, search hits and pin, rasterized by the engine.
+    let (n_cols, n_rows) = (vm.columns.len() as u32, (vm.pixels.len() / 4 / vm.columns.len().max(1)) as u32);
+    if n_cols > 0 && n_rows > 0 {
+        if let Some(img) = image(&vm.pixels, n_cols, n_rows) {
+            let _ = ctx.draw_image_with_html_canvas_element_and_dw_and_dh(&img, LEFT, TOP, w - LEFT - RIGHT, plot_h);
         }
     }
-    // Search hits in the accent colour over the dimmed rest; at least a pixel tall so
-    // even thin ones show.
-    if dim {
-        ctx.set_fill_style_str(&th.accent);
-        for b in vm.bands.iter().filter(|b| b.hit) {
-            let x0 = LEFT + f64::from(b.first) * col_w;
-            let x1 = LEFT + f64::from(b.last + 1) * col_w;
-            let (y0, y1) = (y((b.offset + b.size) as f64), y(b.offset as f64));
-            ctx.fill_rect(x0, y0, x1 - x0, (y1 - y0).max(1.0));
-        }
-    }
-    for (el, width) in [(o.hover, 1.0), (o.pinned, 2.5)] {
-        let Some(el) = el else { continue };
-        ctx.set_stroke_style_str(&th.fg);
-        ctx.set_line_width(width);
-        for b in vm.bands.iter().filter(|b| b.element == el) {
-            let x0 = LEFT + f64::from(b.first) * col_w;
-            let x1 = LEFT + f64::from(b.last + 1) * col_w;
-            ctx.stroke_rect(
-                x0,
-                y((b.offset + b.size) as f64),
-                x1 - x0,
-                y(b.offset as f64) - y((b.offset + b.size) as f64),
-            );
-        }
-    }
-    ctx.set_line_width(1.0);
-
-    if let Some(alloc) = o.allocated {
+    if vm.columns.iter().any(|c| c.allocated.is_some()) {
         ctx.set_stroke_style_str(&th.fg);
         ctx.set_line_width(1.5);
         ctx.begin_path();
-        for (c, col) in alloc.columns.iter().enumerate() {
-            let (xx, yy) = (LEFT + (c as f64 + 0.5) * col_w, y(col.total as f64));
+        for (c, col) in vm.columns.iter().enumerate() {
+            let Some(a) = col.allocated else { continue };
+            let (xx, yy) = (LEFT + (c as f64 + 0.5) * col_w, y(a as f64));
             if c == 0 {
                 ctx.move_to(xx, yy);
             } else {
@@ -197,6 +182,9 @@ pub fn timeline(canvas: &HtmlCanvasElement, vm: &ViewModel, o: &Overlay, th: &Th
         }
         ctx.stroke();
         ctx.set_line_width(1.0);
+        ctx.set_fill_style_str(&th.fg);
+        ctx.set_text_align("right");
+        let _ = ctx.fill_text("line: allocated", w - RIGHT - 4.0, TOP + 8.0);
     }
 
     // Peak marker.

@@ -65,7 +65,6 @@ struct S {
     notice: RwSignal<Option<String>>,
     view: RwSignal<Option<ViewModel>>,
     overview: RwSignal<Option<ViewModel>>,
-    allocated: RwSignal<Option<ViewModel>>,
     hover: RwSignal<Option<Details>>,
     pinned: RwSignal<Option<Details>>,
     all_frames: RwSignal<bool>,
@@ -341,7 +340,6 @@ fn App() -> impl IntoView {
         notice: RwSignal::new(None),
         view: RwSignal::new(None),
         overview: RwSignal::new(None),
-        allocated: RwSignal::new(None),
         hover: RwSignal::new(None),
         pinned: RwSignal::new(None),
         all_frames: RwSignal::new(false),
@@ -382,9 +380,21 @@ fn App() -> impl IntoView {
 
     // Fetch the view whenever the window, device or size changes; the newest answer wins.
     let seq = StoredValue::new(0u32);
+    let view_key = Memo::new(move |_| {
+        let pinned = s.pinned.with(|p| p.as_ref().map(|d| d.element));
+        s.tab().map(|t| (t.info.doc, t.device, t.kind, t.start.to_bits(), t.end.to_bits(), pinned))
+    });
     Effect::new(move |_| {
-        let Some(t) = s.tab() else { return };
+        let Some(key) = view_key.get() else { return };
+        let Some(t) = s.tab_untracked() else { return };
         s.size.track();
+        let th = draw::Theme::read();
+        let dflt = PaletteVm::default();
+        let palette = PaletteVm {
+            summarized: draw::rgb_of(&th.muted).unwrap_or(dflt.summarized),
+            hit: draw::rgb_of(&th.accent).unwrap_or(dflt.hit),
+            pinned: draw::rgb_of(&th.fg).unwrap_or(dflt.pinned),
+        };
         let cols = plot_columns();
         let rows =
             canvas_by_id("timeline").map_or(300, |c| (f64::from(c.client_height()) - draw::TOP - draw::BOTTOM) as u32);
@@ -399,19 +409,12 @@ fn App() -> impl IntoView {
             columns: cols,
             rows,
             totals_only: false,
+            pinned: key.5,
+            palette,
         };
-        let alloc_q =
-            (t.kind == Kind::Segments).then(|| ViewQuery { kind: Kind::Blocks, totals_only: true, ..q.clone() });
         s.view_sent.set_value(now());
         spawn_local(async move {
             let r = worker().ask(Request::View(q)).await;
-            let alloc = match alloc_q {
-                Some(q) => match worker().ask(Request::View(q)).await {
-                    Response::View(v) => Some(v),
-                    _ => None,
-                },
-                None => None,
-            };
             if seq.get_value() != my {
                 return;
             }
@@ -426,16 +429,15 @@ fn App() -> impl IntoView {
                         }
                     });
                 }
-                s.allocated.set(alloc);
                 s.view.set(Some(v));
             }
         });
     });
     // The minimap: totals over the whole trace.
+    let lane_key = Memo::new(move |_| s.tab().map(|t| (t.info.doc, t.device, t.kind)));
     Effect::new(move |_| {
-        let Some(t) = s.tab() else { return };
+        let Some(key) = lane_key.get() else { return };
         s.size.track();
-        let key = (t.info.doc, t.device, t.kind);
         let cols = plot_columns();
         spawn_local(async move {
             let q = ViewQuery {
@@ -447,6 +449,8 @@ fn App() -> impl IntoView {
                 columns: cols,
                 rows: 1,
                 totals_only: true,
+                pinned: None,
+                palette: PaletteVm::default(),
             };
             if let Response::View(v) = worker().ask(Request::View(q)).await {
                 s.overview.set(Some(v));
@@ -456,27 +460,18 @@ fn App() -> impl IntoView {
     // Pixels.
     Effect::new(move |_| {
         let t = s.tab();
-        let hover = s.hover.with(|h| h.as_ref().map(|d| d.element));
-        let pinned = s.pinned.with(|h| h.as_ref().map(|d| d.element));
-        let searching = s.search.with(|r| r.is_some());
         let event_step = s.state.with(|st| st.as_ref().and_then(|st| st.step));
         let time_axis = s.time_axis.get();
         let th = draw::Theme::read();
         s.view.with(|v| {
             let (Some(v), Some(t), Some(c)) = (v, t.as_ref(), canvas_by_id("timeline")) else { return };
-            s.allocated.with(|alloc| {
-                let o = draw::Overlay {
-                    start: v.start,
-                    end: v.end,
-                    hover,
-                    pinned,
-                    searching,
-                    event_step,
-                    time_axis: time_axis && t.info.devices.iter().any(|d| d.device == t.device && d.has_time),
-                    allocated: alloc.as_ref().filter(|_| t.kind == Kind::Segments),
-                };
-                draw::timeline(&c, v, &o, &th);
-            });
+            let o = draw::Overlay {
+                start: v.start,
+                end: v.end,
+                event_step,
+                time_axis: time_axis && t.info.devices.iter().any(|d| d.device == t.device && d.has_time),
+            };
+            draw::timeline(&c, v, &o, &th);
             let sent = s.view_sent.get_value();
             if sent > 0.0 {
                 s.view_sent.set_value(0.0);
@@ -496,20 +491,21 @@ fn App() -> impl IntoView {
         });
     });
     // The event list page and the allocator state.
+    let device_key = Memo::new(move |_| s.tab().map(|t| (t.info.doc, t.device)));
     Effect::new(move |_| {
-        let Some(t) = s.tab() else { return };
+        let Some((doc, device)) = device_key.get() else { return };
         let first = s.list_first.get();
         let count = (LIST_H / ROW) as u32 + 2;
         spawn_local(async move {
-            let r = worker().ask(Request::Events { doc: t.info.doc, device: t.device, first, count }).await;
+            let r = worker().ask(Request::Events { doc, device, first, count }).await;
             if let Response::Events(p) = r {
                 s.events.set(Some(p));
             }
         });
     });
+    let event_key = Memo::new(move |_| s.tab().map(|t| (t.info.doc, t.device, t.event)));
     Effect::new(move |_| {
-        let Some(t) = s.tab() else { return };
-        let (doc, device, entry) = (t.info.doc, t.device, t.event);
+        let Some((doc, device, entry)) = event_key.get() else { return };
         spawn_local(async move {
             let t0 = now();
             if let Response::State(st) = worker().ask(Request::State { doc, device, entry }).await {
@@ -549,6 +545,12 @@ fn App() -> impl IntoView {
 
     let on_resize = window_event_listener(ev::resize, move |_| s.size.update(|x| *x += 1));
     let _ = on_resize;
+    // Redraw in the new colours when the system switches between light and dark.
+    if let Some(mq) = web_sys::window().and_then(|w| w.match_media("(prefers-color-scheme: dark)").ok().flatten()) {
+        let on_theme = Closure::<dyn Fn()>::new(move || s.size.update(|x| *x += 1));
+        mq.set_onchange(Some(on_theme.as_ref().unchecked_ref()));
+        on_theme.forget();
+    }
     let on_key = window_event_listener(ev::keydown, move |e: web_sys::KeyboardEvent| {
         let tag = e
             .target()
@@ -687,36 +689,64 @@ fn Main(s: S) -> impl IntoView {
         let t = s.tab_untracked()?;
         Some(t.start + (x - draw::LEFT) / w * (t.end - t.start))
     };
-    let hit = move |x: f64, y: f64| -> Option<u32> {
-        let c = canvas_by_id("timeline")?;
-        let h = f64::from(c.client_height());
-        s.view.with_untracked(|v| {
+    // Hit tests run in the worker, one at a time: a move while one is out is remembered
+    // and asked next, so the worker never queues stale positions.
+    let hit_busy = StoredValue::new(false);
+    let hit_next = StoredValue::new(None::<(f64, f64, bool)>);
+    fn ask_hit(s: S, busy: StoredValue<bool>, next: StoredValue<Option<(f64, f64, bool)>>, x: f64, y: f64, pin: bool) {
+        if busy.get_value() && !pin {
+            next.set_value(Some((x, y, pin)));
+            return;
+        }
+        let Some(c) = canvas_by_id("timeline") else { return };
+        let Some(t) = s.tab_untracked() else { return };
+        let (w, h) = (f64::from(c.client_width()), f64::from(c.client_height()));
+        let found = s.view.with_untracked(|v| {
             let v = v.as_ref()?;
             let cols = v.columns.len().max(1) as f64;
-            let col = ((x - draw::LEFT) / ((f64::from(c.client_width()) - draw::LEFT - draw::RIGHT) / cols)).floor();
-            if col < 0.0 || col >= cols {
+            let col = ((x - draw::LEFT) / ((w - draw::LEFT - draw::RIGHT) / cols)).floor();
+            let bytes =
+                (h - draw::BOTTOM - y) / (h - draw::TOP - draw::BOTTOM) * v.y_max.max(1) as f64 * engine::HEADROOM;
+            if col < 0.0 || col >= cols || bytes < 0.0 {
                 return None;
             }
-            let col = col as u32;
-            let bytes = (h - draw::BOTTOM - y) / (h - draw::TOP - draw::BOTTOM) * v.y_max.max(1) as f64 * 1.04;
-            if bytes < 0.0 {
-                return None;
+            Some((v.columns[col as usize].step, bytes as u64))
+        });
+        let Some((step, bytes)) = found else {
+            if pin {
+                s.pinned.set(None);
+            } else if s.hover.with_untracked(Option::is_some) {
+                s.hover.set(None);
             }
-            let bytes = bytes as u64;
-            v.bands
-                .iter()
-                .find(|b| b.first <= col && col <= b.last && b.offset <= bytes && bytes < b.offset + b.size)
-                .map(|b| b.element)
-        })
-    };
-    let details_of = move |el: u32, then: Box<dyn Fn(Details)>| {
-        let Some(t) = s.tab_untracked() else { return };
+            return;
+        };
+        let rows = (h - draw::TOP - draw::BOTTOM) as u32;
+        busy.set_value(true);
         spawn_local(async move {
             let t0 = now();
             let r =
+                worker().ask(Request::Hit { doc: t.info.doc, device: t.device, kind: t.kind, step, bytes, rows }).await;
+            busy.set_value(false);
+            if let Response::Hit(d) = r {
+                record("details", now() - t0);
+                if pin {
+                    s.pinned.set(d);
+                } else if s.hover.with_untracked(|h| h.as_ref().map(|x| x.element)) != d.as_ref().map(|x| x.element) {
+                    s.hover.set(d);
+                }
+            }
+            if let Some((x, y, pin)) = next.get_value() {
+                next.set_value(None);
+                ask_hit(s, busy, next, x, y, pin);
+            }
+        });
+    }
+    let details_of = move |el: u32, then: Box<dyn Fn(Details)>| {
+        let Some(t) = s.tab_untracked() else { return };
+        spawn_local(async move {
+            let r =
                 worker().ask(Request::Details { doc: t.info.doc, device: t.device, kind: t.kind, element: el }).await;
             if let Response::Details(d) = r {
-                record("details", now() - t0);
                 then(d);
             }
         });
@@ -738,17 +768,7 @@ fn Main(s: S) -> impl IntoView {
                 return;
             }
         }
-        match hit(x, y) {
-            Some(el) if s.hover.with_untracked(|h| h.as_ref().map(|d| d.element)) != Some(el) => {
-                details_of(el, Box::new(move |d| s.hover.set(Some(d))));
-            }
-            Some(_) => {}
-            None => {
-                if s.hover.with_untracked(Option::is_some) {
-                    s.hover.set(None);
-                }
-            }
-        }
+        ask_hit(s, hit_busy, hit_next, x, y, false);
     };
     let on_down = move |e: web_sys::MouseEvent| {
         if let Some(t) = s.tab_untracked() {
@@ -761,10 +781,7 @@ fn Main(s: S) -> impl IntoView {
         if moved {
             return;
         }
-        match hit(f64::from(e.offset_x()), f64::from(e.offset_y())) {
-            Some(el) => details_of(el, Box::new(move |d| s.pinned.set(Some(d)))),
-            None => s.pinned.set(None),
-        }
+        ask_hit(s, hit_busy, hit_next, f64::from(e.offset_x()), f64::from(e.offset_y()), true);
     };
     let on_wheel = move |e: web_sys::WheelEvent| {
         e.prevent_default();

@@ -419,6 +419,15 @@ test('shortcuts overlay, PNG export, segment view and the URL restore the view',
   const png = readFileSync(await download.path());
   assert.equal(png.subarray(1, 4).toString(), 'PNG');
 
+  // Themes follow the system.
+  const corner = () => page.evaluate(() => [...document.getElementById('timeline').getContext('2d').getImageData(2, 2, 1, 1).data].slice(0, 3));
+  assert.ok((await corner()).every(v => v > 200), 'light background');
+  await page.emulateMedia({ colorScheme: 'dark' });
+  await page.waitForFunction(() => document.getElementById('timeline').getContext('2d').getImageData(2, 2, 1, 1).data[0] < 60);
+  await shot('11-dark');
+  await page.emulateMedia({ colorScheme: 'light' });
+  await page.waitForFunction(() => document.getElementById('timeline').getContext('2d').getImageData(2, 2, 1, 1).data[0] > 200);
+
   await page.locator('#kind').selectOption('segments');
   await settle();
   await page.waitForTimeout(200);

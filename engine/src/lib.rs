@@ -8,6 +8,8 @@
 
 #[allow(missing_docs)]
 pub mod protocol;
+#[allow(missing_docs)]
+pub mod raster;
 
 use std::collections::HashMap;
 
@@ -124,6 +126,7 @@ impl Engine {
     pub fn handle(&mut self, req: Request) -> Response {
         let doc_id = match &req {
             Request::View(q) => q.doc,
+            Request::Hit { doc, .. } => *doc,
             Request::Details { doc, .. }
             | Request::Events { doc, .. }
             | Request::State { doc, .. }
@@ -140,6 +143,12 @@ impl Engine {
         };
         match req {
             Request::View(q) => Response::View(doc.view(&q)),
+            Request::Hit { device, kind, step, bytes, rows, .. } => {
+                let lane = doc.lane(device, kind);
+                let y_max = lane.timeline.peak_bytes().max(1);
+                let el = lane.timeline.element_at(step, bytes, min_bytes(y_max, rows));
+                Response::Hit(el.and_then(|el| doc.details(device, kind, el)))
+            }
             Request::Details { device, kind, element, .. } => match doc.details(device, kind, element) {
                 Some(d) => Response::Details(d),
                 None => Response::Error(format!("no element {element}")),
@@ -163,7 +172,15 @@ impl Engine {
 }
 
 /// Elements as thin as `1 / SUBPIXEL` of a pixel row are still drawn on their own.
-pub const SUBPIXEL: u64 = 16;
+pub const SUBPIXEL: u64 = 4;
+
+/// Room above the highest total: the y axis ends at `y_max * HEADROOM`.
+pub const HEADROOM: f64 = 1.04;
+
+/// The smallest element drawn on its own when `y_max` bytes span `rows` pixel rows.
+pub fn min_bytes(y_max: u64, rows: u32) -> u64 {
+    (y_max / (u64::from(rows.max(1)) * SUBPIXEL)).max(1)
+}
 
 /// A stable, distinct colour for an element: hues spaced by the golden angle.
 pub fn colour(seed: u32) -> u32 {
@@ -204,15 +221,31 @@ impl Doc {
             let t = self.snap.trace(q.device as usize);
             t.has_time()
         };
+        self.lane(q.device, Kind::Blocks);
         self.lane(q.device, q.kind);
         let lane = &self.lanes[&(q.device, q.kind)];
         let tl = &lane.timeline;
+        let blocks = &self.lanes[&(q.device, Kind::Blocks)].timeline;
+        // Allocated bytes after the event behind a segment step (the two timelines count
+        // steps differently, so they meet at trace entries).
+        let allocated = |step: u32| -> Option<u64> {
+            if q.kind != Kind::Segments {
+                return None;
+            }
+            Some(match tl.step_entry(step) {
+                Some(e) => match blocks.step_of_entry(e + 1) {
+                    0 => blocks.initial_bytes(),
+                    k => blocks.totals()[k as usize - 1],
+                },
+                None => blocks.final_bytes(),
+            })
+        };
         let y_max = tl.peak_bytes().max(1);
         let n = f64::from(tl.n_steps());
         let (start, end) = if q.end > q.start { (q.start, q.end) } else { (0.0, n) };
         // Elements down to a sixteenth of a pixel row are drawn (thin bands blend into a
         // texture, as in PyTorch's viewer, and stay hoverable); smaller ones are summarized.
-        let min_bytes = if q.totals_only { u64::MAX } else { (y_max / (u64::from(q.rows.max(1)) * SUBPIXEL)).max(1) };
+        let min_bytes = if q.totals_only { u64::MAX } else { min_bytes(y_max, q.rows) };
         let lod = tl.lod(&LodQuery { start, end, columns: q.columns, min_bytes });
         let trace_time = |step: u32| -> Option<i64> {
             if !snap_trace_time {
@@ -220,7 +253,7 @@ impl Doc {
             }
             tl.step_entry(step).and_then(|e| self.snap.trace(q.device as usize).time_us(e as usize))
         };
-        let columns = lod
+        let columns: Vec<ColumnVm> = lod
             .columns
             .iter()
             .map(|c| ColumnVm {
@@ -228,10 +261,11 @@ impl Doc {
                 total: c.total_bytes,
                 drawn: if q.totals_only { 0 } else { c.drawn_bytes },
                 time_us: trace_time(c.step),
+                allocated: allocated(c.step),
             })
             .collect();
         let els = tl.elements();
-        let bands = if q.totals_only {
+        let bands: Vec<BandVm> = if q.totals_only {
             Vec::new()
         } else {
             lod.bands
@@ -247,6 +281,14 @@ impl Doc {
                 })
                 .collect()
         };
+        let pixels = if q.totals_only {
+            Vec::new()
+        } else {
+            let p = &q.palette;
+            let pal = raster::Palette { summarized: p.summarized, hit: p.hit, pinned: p.pinned, dimmed: 0.2 };
+            let searching = lane.hits.is_some();
+            raster::raster(&bands, &columns, q.rows, y_max as f64 * HEADROOM, searching, q.pinned, &pal).rgba
+        };
         ViewModel {
             n_steps: tl.n_steps(),
             start,
@@ -256,6 +298,7 @@ impl Doc {
             peak_bytes: tl.peak_bytes(),
             columns,
             bands,
+            pixels,
             ooms: lane.ooms.clone(),
             spans: lane.spans.clone(),
             hits: lane.n_hits,

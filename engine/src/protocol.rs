@@ -14,6 +14,8 @@ pub type DocId = u32;
 pub enum Request {
     /// The timeline drawn in a window of steps.
     View(ViewQuery),
+    /// The element drawn at `bytes` in the column that sampled `step` (hover and click).
+    Hit { doc: DocId, device: u32, kind: Kind, step: u32, bytes: u64, rows: u32 },
     /// Everything known about one element (hover and pin).
     Details { doc: DocId, device: u32, kind: Kind, element: u32 },
     /// A page of the event list.
@@ -32,6 +34,7 @@ pub enum Request {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum Response {
     View(ViewModel),
+    Hit(Option<Details>),
     Details(Details),
     Events(EventPage),
     State(StateView),
@@ -109,6 +112,24 @@ pub struct ViewQuery {
     pub rows: u32,
     /// Leave out bands (the minimap needs only the totals).
     pub totals_only: bool,
+    /// Drawn in its own colour.
+    pub pinned: Option<u32>,
+    /// Colours of the page's theme.
+    pub palette: PaletteVm,
+}
+
+/// The theme's colours for what is not an element (0xRRGGBB).
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct PaletteVm {
+    pub summarized: u32,
+    pub hit: u32,
+    pub pinned: u32,
+}
+
+impl Default for PaletteVm {
+    fn default() -> Self {
+        PaletteVm { summarized: 0xa4aab1, hit: 0xd3372c, pinned: 0x1d1f23 }
+    }
 }
 
 /// What to draw.
@@ -123,7 +144,13 @@ pub struct ViewModel {
     pub peak_step: u32,
     pub peak_bytes: u64,
     pub columns: Vec<ColumnVm>,
+    /// The drawn bands (not sent: the page gets them as `pixels`).
+    #[serde(skip)]
     pub bands: Vec<BandVm>,
+    /// The plot area, `columns.len()` x `rows` RGBA pixels from the top (sent beside the
+    /// message as a transferable buffer, not through postcard).
+    #[serde(skip)]
+    pub pixels: Vec<u8>,
     /// Steps of out-of-memory events.
     pub ooms: Vec<u32>,
     /// `record_function` spans from `external_annotations`.
@@ -139,6 +166,8 @@ pub struct ColumnVm {
     /// Bytes drawn as bands; `total - drawn` is summarized on top.
     pub drawn: u64,
     pub time_us: Option<i64>,
+    /// Segment views: bytes allocated to tensors after the same event.
+    pub allocated: Option<u64>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -33,7 +33,18 @@ fn open(engine: &mut Engine, name: &str, bytes: &[u8], slice: usize) -> Result<D
 }
 
 fn view(e: &mut Engine, doc: DocId, device: u32, kind: Kind, start: f64, end: f64, columns: u32) -> ViewModel {
-    let q = ViewQuery { doc, device, kind, start, end, columns, rows: 300, totals_only: false };
+    let q = ViewQuery {
+        doc,
+        device,
+        kind,
+        start,
+        end,
+        columns,
+        rows: 300,
+        totals_only: false,
+        pinned: None,
+        palette: PaletteVm::default(),
+    };
     match e.handle(Request::View(q)) {
         Response::View(v) => v,
         other => panic!("{other:?}"),
@@ -68,7 +79,7 @@ fn views_draw_what_the_timeline_holds() {
     assert_eq!(v.columns[0].total, tl.totals()[v.columns[0].step as usize]);
     assert!(v.columns.iter().any(|c| c.step == tl.peak_step()), "the peak column is sampled");
     assert!(!v.bands.is_empty());
-    let min_bytes = v.y_max / (300 * engine::SUBPIXEL);
+    let min_bytes = engine::min_bytes(v.y_max, 300);
     for c in (0..640).step_by(37) {
         let mut in_col: Vec<&BandVm> = v.bands.iter().filter(|b| b.first <= c && c <= b.last).collect();
         in_col.sort_by_key(|b| b.offset);
@@ -81,11 +92,24 @@ fn views_draw_what_the_timeline_holds() {
         let col = &v.columns[c as usize];
         assert_eq!(top, col.drawn);
         assert!(col.drawn <= col.total);
-        // What the page's hit test finds is what the core finds at that step and height.
+        // What the page's hit test finds is what is drawn there.
         if let Some(b) = in_col.get(in_col.len() / 2) {
-            assert_eq!(tl.element_at(col.step, b.offset + b.size / 2, min_bytes), Some(b.element));
+            let r = e.handle(Request::Hit {
+                doc: info.doc,
+                device: 0,
+                kind: Kind::Blocks,
+                step: col.step,
+                bytes: b.offset + b.size / 2,
+                rows: 300,
+            });
+            assert!(matches!(r, Response::Hit(Some(d)) if d.element == b.element));
         }
     }
+    // The pixels: the plot area, painted where the columns hold memory.
+    assert_eq!(v.pixels.len(), 640 * 300 * 4);
+    let painted = v.pixels.chunks(4).filter(|p| p[3] > 0).count();
+    let expect: f64 = v.columns.iter().map(|c| c.total as f64 / (v.y_max as f64 * engine::HEADROOM) * 300.0).sum();
+    assert!((painted as f64 - expect).abs() < expect * 0.02 + 640.0, "{painted} pixels painted, {expect} expected");
     // Zooming in: fewer steps per column, same scale.
     let z = view(&mut e, info.doc, 0, Kind::Blocks, 4000.0, 4200.0, 400);
     assert_eq!(z.y_max, v.y_max);
@@ -100,6 +124,8 @@ fn views_draw_what_the_timeline_holds() {
         columns: 100,
         rows: 1,
         totals_only: true,
+        pinned: None,
+        palette: PaletteVm::default(),
     };
     let Response::View(m) = e.handle(Request::View(q)) else { panic!() };
     assert!(m.bands.is_empty());
@@ -291,4 +317,34 @@ fn colours_are_distinct_for_neighbours() {
     for w in c.windows(2) {
         assert_ne!(w[0], w[1]);
     }
+}
+
+#[test]
+fn segment_views_carry_the_allocated_line_inside_reserved_memory() {
+    let dir = corpus();
+    let mut checked = 0;
+    for name in [
+        "pt21-llama-cppframes-multistream.pickle",
+        "pt25-cs336-fullstep-annotations.pickle",
+        "pt20-flexgen-opt1.3b-history.pickle",
+    ] {
+        let bytes = std::fs::read(dir.join(name)).unwrap();
+        let mut e = Engine::new();
+        let info = open(&mut e, name, &bytes, 1 << 20).unwrap();
+        let Some(dev) = info.default_device else { continue };
+        let v = view(&mut e, info.doc, dev, Kind::Segments, 0.0, 0.0, 300);
+        let b = view(&mut e, info.doc, dev, Kind::Blocks, 0.0, 0.0, 300);
+        assert!(b.columns.iter().all(|c| c.allocated.is_none()));
+        for c in &v.columns {
+            let a = c.allocated.expect("segment views carry the allocated bytes");
+            assert!(a <= c.total, "{name}: {a} allocated > {} reserved at step {}", c.total, c.step);
+        }
+        let last = v.columns.last().unwrap().allocated.unwrap();
+        let sum = info.summary.devices.iter().find(|d| d.device == u64::from(dev)).unwrap();
+        if v.n_steps > 1 {
+            assert!(last <= sum.timeline.peak_bytes);
+        }
+        checked += 1;
+    }
+    assert_eq!(checked, 3);
 }

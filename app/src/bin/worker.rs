@@ -6,7 +6,7 @@ use std::cell::RefCell;
 use std::collections::HashSet;
 use std::rc::Rc;
 
-use engine::protocol::{FromWorker, LoadEvent, ToWorker};
+use engine::protocol::{FromWorker, LoadEvent, Response, ToWorker};
 use engine::{Engine, Loading};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
@@ -23,12 +23,25 @@ struct Worker {
 }
 
 impl Worker {
+    /// Posts a message as postcard bytes; a view's pixels go beside it as a second
+    /// transferred buffer (`[message, pixels]`), not through postcard.
     fn send(&self, msg: &FromWorker) {
         let Ok(bytes) = postcard::to_allocvec(msg) else { return };
         let arr = js_sys::Uint8Array::from(bytes.as_slice());
-        let buf = arr.buffer();
-        let transfer = js_sys::Array::of1(&buf);
-        let _ = self.scope.post_message_with_transfer(&arr, &transfer);
+        let transfer = js_sys::Array::of1(&arr.buffer());
+        let pixels = match msg {
+            FromWorker::Reply { response: Response::View(v), .. } if !v.pixels.is_empty() => {
+                Some(js_sys::Uint8Array::from(v.pixels.as_slice()))
+            }
+            _ => None,
+        };
+        let _ = match pixels {
+            Some(p) => {
+                transfer.push(&p.buffer());
+                self.scope.post_message_with_transfer(&js_sys::Array::of2(&arr, &p), &transfer)
+            }
+            None => self.scope.post_message_with_transfer(&arr, &transfer),
+        };
     }
 
     fn now(&self) -> f64 {
