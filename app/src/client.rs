@@ -11,7 +11,7 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use web_sys::{MessageEvent, Worker};
 
-type LoadHandler = Box<dyn Fn(LoadEvent)>;
+type LoadHandler = Box<dyn Fn(u32, LoadEvent)>;
 
 /// A handle on the worker (cheap to clone).
 #[derive(Clone)]
@@ -96,10 +96,10 @@ impl Inner {
                 let done = !matches!(event, LoadEvent::Progress { .. });
                 let handler = if done { self.loads.borrow_mut().remove(&id) } else { None };
                 match handler {
-                    Some(h) => h(event),
+                    Some(h) => h(id, event),
                     None => {
                         if let Some(h) = self.loads.borrow().get(&id) {
-                            h(event);
+                            h(id, event);
                         }
                     }
                 }
@@ -130,9 +130,9 @@ impl Client {
         }
     }
 
-    /// Opens a file (or any blob) in the worker; `on_event` hears progress and the end.
-    /// Returns the load's id, for [`Client::cancel`].
-    pub fn open(&self, blob: &web_sys::Blob, name: &str, on_event: impl Fn(LoadEvent) + 'static) -> u32 {
+    /// Opens a file (or any blob) in the worker; `on_event` hears progress and the end,
+    /// with the load's id. Returns that id, for [`Client::cancel`].
+    pub fn open(&self, blob: &web_sys::Blob, name: &str, on_event: impl Fn(u32, LoadEvent) + 'static) -> u32 {
         let id = self.0.id();
         self.0.loads.borrow_mut().insert(id, Box::new(on_event));
         let msg = js_sys::Array::of3(&JsValue::from(id), blob, &JsValue::from_str(name));

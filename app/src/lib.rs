@@ -113,36 +113,31 @@ impl S {
         let total = blob.size() as u64;
         let started = now();
         let s = self;
-        let id_cell = std::rc::Rc::new(std::cell::Cell::new(0u32));
-        let idc = id_cell.clone();
-        let id = worker().open(&blob, &name, move |ev| {
-            let id = idc.get();
-            match ev {
-                LoadEvent::Progress { bytes, .. } => s.loads.update(|l| {
-                    if let Some(l) = l.iter_mut().find(|l| l.id == id) {
-                        l.bytes = bytes;
-                    }
-                }),
-                LoadEvent::Loaded(info) => {
-                    s.loads.update(|l| l.retain(|l| l.id != id));
-                    record("load", now() - started);
-                    record("parse-worker", info.parse_ms);
-                    record("layout-worker", info.layout_ms);
-                    record("wasm-memory-worker", info.heap_bytes as f64);
-                    s.first_draw.set_value(Some((info.doc, started)));
-                    s.add_tab(info);
+        let shown = name.clone();
+        let id = worker().open(&blob, &name, move |id, ev| match ev {
+            LoadEvent::Progress { bytes, .. } => s.loads.update(|l| {
+                if let Some(l) = l.iter_mut().find(|l| l.id == id) {
+                    l.bytes = bytes;
                 }
-                LoadEvent::Failed(msg) => {
-                    s.loads.update(|l| l.retain(|l| l.id != id));
-                    s.error.set(Some(msg));
-                }
-                LoadEvent::Cancelled => {
-                    s.loads.update(|l| l.retain(|l| l.id != id));
-                    s.status.set(format!("Cancelled loading {name_}", name_ = "file"));
-                }
+            }),
+            LoadEvent::Loaded(info) => {
+                s.loads.update(|l| l.retain(|l| l.id != id));
+                record("load", now() - started);
+                record("parse-worker", info.parse_ms);
+                record("layout-worker", info.layout_ms);
+                record("wasm-memory-worker", info.heap_bytes as f64);
+                s.first_draw.set_value(Some((info.doc, started)));
+                s.add_tab(info);
+            }
+            LoadEvent::Failed(msg) => {
+                s.loads.update(|l| l.retain(|l| l.id != id));
+                s.error.set(Some(msg));
+            }
+            LoadEvent::Cancelled => {
+                s.loads.update(|l| l.retain(|l| l.id != id));
+                s.status.set(format!("Cancelled loading {shown}"));
             }
         });
-        id_cell.set(id);
         self.loads.update(|l| l.push(LoadUi { id, name, bytes: 0, total, started }));
     }
 

@@ -54,8 +54,8 @@ struct Lane {
     timeline: Timeline,
     ooms: Vec<u32>,
     spans: Vec<SpanVm>,
-    hits: Option<Vec<bool>>,
-    n_hits: u32,
+    /// Search hits: a flag per element and their count.
+    hits: Option<(Vec<bool>, u32)>,
 }
 
 struct Doc {
@@ -160,10 +160,7 @@ impl Engine {
                 Err(e) => Response::Error(e),
             },
             Request::ClearSearch { .. } => {
-                for lane in doc.lanes.values_mut() {
-                    lane.hits = None;
-                    lane.n_hits = 0;
-                }
+                doc.clear_search();
                 Response::Done
             }
             Request::Close { .. } => Response::Done,
@@ -212,15 +209,17 @@ impl Doc {
                 .map(|i| timeline.step_of_entry(i as u32))
                 .collect();
             let spans = spans(snap, &timeline, device);
-            Lane { timeline, ooms, spans, hits: None, n_hits: 0 }
+            Lane { timeline, ooms, spans, hits: None }
         })
     }
 
+    fn clear_search(&mut self) {
+        for lane in self.lanes.values_mut() {
+            lane.hits = None;
+        }
+    }
+
     fn view(&mut self, q: &ViewQuery) -> ViewModel {
-        let snap_trace_time = {
-            let t = self.snap.trace(q.device as usize);
-            t.has_time()
-        };
         self.lane(q.device, Kind::Blocks);
         self.lane(q.device, q.kind);
         let lane = &self.lanes[&(q.device, q.kind)];
@@ -232,27 +231,17 @@ impl Doc {
             if q.kind != Kind::Segments {
                 return None;
             }
-            Some(match tl.step_entry(step) {
-                Some(e) => match blocks.step_of_entry(e + 1) {
-                    0 => blocks.initial_bytes(),
-                    k => blocks.totals()[k as usize - 1],
-                },
-                None => blocks.final_bytes(),
-            })
+            Some(tl.step_entry(step).map_or(blocks.final_bytes(), |e| blocks.total_after_entry(e)))
         };
         let y_max = tl.peak_bytes().max(1);
         let n = f64::from(tl.n_steps());
         let (start, end) = if q.end > q.start { (q.start, q.end) } else { (0.0, n) };
-        // Elements down to a sixteenth of a pixel row are drawn (thin bands blend into a
+        // Elements down to 1/SUBPIXEL of a pixel row are drawn (thin bands blend into a
         // texture, as in PyTorch's viewer, and stay hoverable); smaller ones are summarized.
         let min_bytes = if q.totals_only { u64::MAX } else { min_bytes(y_max, q.rows) };
         let lod = tl.lod(&LodQuery { start, end, columns: q.columns, min_bytes });
-        let trace_time = |step: u32| -> Option<i64> {
-            if !snap_trace_time {
-                return None;
-            }
-            tl.step_entry(step).and_then(|e| self.snap.trace(q.device as usize).time_us(e as usize))
-        };
+        let trace = self.snap.trace(q.device as usize);
+        let trace_time = |step: u32| -> Option<i64> { tl.step_entry(step).and_then(|e| trace.time_us(e as usize)) };
         let columns: Vec<ColumnVm> = lod
             .columns
             .iter()
@@ -277,7 +266,7 @@ impl Doc {
                     offset: b.offset_bytes,
                     size: b.size_bytes,
                     rgb: colour(els[b.element as usize].order),
-                    hit: lane.hits.as_ref().is_some_and(|h| h[b.element as usize]),
+                    hit: lane.hits.as_ref().is_some_and(|(h, _)| h[b.element as usize]),
                 })
                 .collect()
         };
@@ -285,7 +274,7 @@ impl Doc {
             Vec::new()
         } else {
             let p = &q.palette;
-            let pal = raster::Palette { summarized: p.summarized, hit: p.hit, pinned: p.pinned, dimmed: 0.2 };
+            let pal = raster::Palette { summarized: p.summarized, hit: p.hit, pinned: p.pinned, ..Default::default() };
             let searching = lane.hits.is_some();
             raster::raster(&bands, &columns, q.rows, y_max as f64 * HEADROOM, searching, q.pinned, &pal).rgba
         };
@@ -299,9 +288,10 @@ impl Doc {
             columns,
             bands,
             pixels,
-            ooms: lane.ooms.clone(),
-            spans: lane.spans.clone(),
-            hits: lane.n_hits,
+            // Only what the window shows: the page draws nothing else of them.
+            ooms: lane.ooms.iter().copied().filter(|&o| f64::from(o) + 1.0 >= start && f64::from(o) <= end).collect(),
+            spans: lane.spans.iter().filter(|sp| sp.end >= start && sp.start <= end).cloned().collect(),
+            hits: lane.hits.as_ref().map_or(0, |(_, n)| *n),
         }
     }
 
@@ -437,10 +427,7 @@ impl Doc {
 
     fn search(&mut self, device: u32, kind: Kind, q: &search::Query) -> Result<SearchResult, String> {
         self.lane(device, kind);
-        for lane in self.lanes.values_mut() {
-            lane.hits = None;
-            lane.n_hits = 0;
-        }
+        self.clear_search();
         let snap = &self.snap;
         let Some(lane) = self.lanes.get_mut(&(device, kind)) else { return Err("no such device".into()) };
         let found = search::find(snap, &lane.timeline, q)?;
@@ -450,8 +437,7 @@ impl Doc {
             hits[i as usize] = true;
         }
         let matches = found.iter().map(|&i| (i, els[i as usize].start, els[i as usize].end)).collect();
-        lane.hits = Some(hits);
-        lane.n_hits = found.len() as u32;
+        lane.hits = Some((hits, found.len() as u32));
         Ok(SearchResult { count: found.len() as u32, matches })
     }
 }

@@ -509,6 +509,14 @@ impl Timeline {
     pub fn step_of_entry(&self, entry: u32) -> u32 {
         self.step_entry.partition_point(|&e| e < entry) as u32
     }
+    /// Live bytes once trace entry `entry` and everything before it happened (the way to
+    /// compare two timelines, whose steps count different actions).
+    pub fn total_after_entry(&self, entry: u32) -> u64 {
+        match self.step_of_entry(entry.saturating_add(1)) {
+            0 => self.initial_total,
+            k => self.totals[k as usize - 1],
+        }
+    }
     /// Live bytes after each step.
     pub fn totals(&self) -> &[u64] {
         &self.totals
