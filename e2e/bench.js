@@ -39,9 +39,10 @@ for (const size of sizes) {
   });
   const timings = async what => page.evaluate(w => (window.memscapeTimings || []).filter(x => x[0] === w).map(x => x[1]), what);
   await page.setInputFiles('#file-input', file);
-  await page.waitForFunction(() => (window.memscapeTimings || []).some(x => x[0] === 'first-draw' || x[0] === 'load'), null, { timeout: 600000 });
+  await page.waitForFunction(() => document.querySelector('#error')
+    || (window.memscapeTimings || []).some(x => x[0] === 'first-draw' || x[0] === 'load'), null, { timeout: 600000 });
   const err = await page.locator('#error').count() ? await page.locator('#error').textContent() : null;
-  if (err) { console.log(`${size}: failed: ${err}`); await ctx.close(); continue; }
+  if (err) { console.log(`\n== ${size}: ${(bytes / MB).toFixed(1)} MB: refused: ${err}`); await ctx.close(); continue; }
   await page.waitForFunction(() => (window.memscapeTimings || []).some(x => x[0] === 'first-draw'), null, { timeout: 600000 });
   const first = (await timings('first-draw'))[0];
   const parse = (await timings('parse-worker'))[0];

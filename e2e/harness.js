@@ -13,9 +13,12 @@ export const CORPUS = resolve(ROOT, process.env.MEMSCAPE_CORPUS || '../shared/co
 const TYPES = { '.html': 'text/html', '.js': 'text/javascript', '.wasm': 'application/wasm', '.css': 'text/css',
   '.pickle': 'application/octet-stream', '.png': 'image/png' };
 
-export async function serve(dir = DIST) {
+/** Serves `dir` under the URL path `prefix` (e.g. `/team/tools/memscape/`), as a static host would. */
+export async function serve(dir = DIST, prefix = '/') {
   const server = createServer(async (req, res) => {
-    const path = decodeURIComponent(new URL(req.url, 'http://x').pathname);
+    const full = decodeURIComponent(new URL(req.url, 'http://x').pathname);
+    if (!full.startsWith(prefix)) { res.writeHead(404); res.end('not found'); return; }
+    const path = '/' + full.slice(prefix.length);
     const file = join(dir, path === '/' ? 'index.html' : path);
     if (!file.startsWith(dir)) { res.writeHead(403); res.end(); return; }
     try {
@@ -25,7 +28,7 @@ export async function serve(dir = DIST) {
     } catch { res.writeHead(404); res.end('not found'); }
   });
   await new Promise(r => server.listen(0, '127.0.0.1', r));
-  const url = `http://127.0.0.1:${server.address().port}/`;
+  const url = `http://127.0.0.1:${server.address().port}${prefix}`;
   return { url, close: () => new Promise(r => server.close(r)) };
 }
 

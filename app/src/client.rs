@@ -1,34 +1,48 @@
-//! The page's side of the worker: requests go out as postcard bytes and come back as
-//! futures; loads report progress through a callback.
+//! The page's side of the workers: one worker per file, so each file has wasm32's whole
+//! 4 GiB and one that exhausts it (or any other crash) takes no other file down. Requests go
+//! out as postcard bytes and come back as futures; loads report progress through a callback.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 
-use engine::protocol::{FromWorker, LoadEvent, Request, Response, ToWorker};
+use engine::protocol::{DocId, FromWorker, LoadEvent, Request, Response, ToWorker};
 use futures_channel::oneshot;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
-use web_sys::{MessageEvent, Worker};
+use web_sys::{ErrorEvent, MessageEvent, Worker};
 
-type LoadHandler = Box<dyn Fn(u32, LoadEvent)>;
+type LoadHandler = Rc<dyn Fn(u32, LoadEvent)>;
 
-/// A handle on the worker (cheap to clone).
+/// A handle on the workers (cheap to clone).
 #[derive(Clone)]
-pub struct Client(Rc<Inner>);
+pub struct Client(Rc<Pool>);
 
-struct Inner {
-    worker: Worker,
-    ready: Cell<bool>,
-    queue: RefCell<Vec<JsValue>>,
+struct Pool {
+    /// The boot script's `blob:` URL, shared by all workers.
+    boot: String,
     next: Cell<u32>,
-    pending: RefCell<HashMap<u32, oneshot::Sender<Response>>>,
-    loads: RefCell<HashMap<u32, LoadHandler>>,
+    /// Workers by the file they hold (a file's id is its load's id).
+    docs: RefCell<HashMap<DocId, Rc<Conn>>>,
+    /// Workers still loading, by load id.
+    loading: RefCell<HashMap<u32, Rc<Conn>>>,
 }
 
-/// Starts the worker. Its script is built by Trunk next to the page (`worker.js` and
-/// `worker_bg.wasm`); a tiny boot script from a `blob:` URL loads it, so the same code works
-/// when the page is served from any path.
+/// One worker and what the page waits on from it.
+struct Conn {
+    worker: Worker,
+    name: String,
+    ready: Cell<bool>,
+    queue: RefCell<Vec<JsValue>>,
+    pending: RefCell<HashMap<u32, oneshot::Sender<Response>>>,
+    load: RefCell<Option<(u32, LoadHandler)>>,
+    /// Why the worker stopped, once it has.
+    dead: RefCell<Option<String>>,
+}
+
+/// Prepares the workers' boot script. Their code is built by Trunk next to the page
+/// (`worker.js` and `worker_bg.wasm`); a tiny boot script from a `blob:` URL loads it, so the
+/// same code works when the page is served from any path.
 pub fn start() -> Result<Client, JsValue> {
     let base = web_sys::window().ok_or("no window")?.document().ok_or("no document")?.base_uri()?.unwrap_or_default();
     let base = base.rsplit_once('/').map_or(base.clone(), |(b, _)| format!("{b}/"));
@@ -37,29 +51,50 @@ pub fn start() -> Result<Client, JsValue> {
     let opts = web_sys::BlobPropertyBag::new();
     opts.set_type("text/javascript");
     let blob = web_sys::Blob::new_with_str_sequence_and_options(&parts, &opts)?;
-    let url = web_sys::Url::create_object_url_with_blob(&blob)?;
-    let worker = Worker::new(&url)?;
-    let inner = Rc::new(Inner {
-        worker,
-        ready: Cell::new(false),
-        queue: RefCell::new(Vec::new()),
+    let boot = web_sys::Url::create_object_url_with_blob(&blob)?;
+    Ok(Client(Rc::new(Pool {
+        boot,
         next: Cell::new(1),
-        pending: RefCell::new(HashMap::new()),
-        loads: RefCell::new(HashMap::new()),
-    });
-    let weak = Rc::downgrade(&inner);
-    let onmessage = Closure::<dyn Fn(MessageEvent)>::new(move |m: MessageEvent| {
-        if let Some(inner) = weak.upgrade() {
-            inner.receive(m.data());
-        }
-    });
-    inner.worker.set_onmessage(Some(onmessage.as_ref().unchecked_ref()));
-    onmessage.forget();
-    Ok(Client(inner))
+        docs: RefCell::new(HashMap::new()),
+        loading: RefCell::new(HashMap::new()),
+    })))
 }
 
-impl Inner {
+impl Conn {
+    fn spawn(boot: &str, name: &str) -> Result<Rc<Conn>, JsValue> {
+        let conn = Rc::new(Conn {
+            worker: Worker::new(boot)?,
+            name: name.to_string(),
+            ready: Cell::new(false),
+            queue: RefCell::new(Vec::new()),
+            pending: RefCell::new(HashMap::new()),
+            load: RefCell::new(None),
+            dead: RefCell::new(None),
+        });
+        let weak = Rc::downgrade(&conn);
+        let onmessage = Closure::<dyn Fn(MessageEvent)>::new(move |m: MessageEvent| {
+            if let Some(conn) = weak.upgrade() {
+                conn.receive(m.data());
+            }
+        });
+        conn.worker.set_onmessage(Some(onmessage.as_ref().unchecked_ref()));
+        onmessage.forget();
+        let weak = Rc::downgrade(&conn);
+        let onerror = Closure::<dyn Fn(ErrorEvent)>::new(move |e: ErrorEvent| {
+            e.prevent_default();
+            if let Some(conn) = weak.upgrade() {
+                conn.died(&e.message());
+            }
+        });
+        conn.worker.set_onerror(Some(onerror.as_ref().unchecked_ref()));
+        onerror.forget();
+        Ok(conn)
+    }
+
     fn post(&self, v: JsValue) {
+        if self.dead.borrow().is_some() {
+            return;
+        }
         if self.ready.get() {
             let _ = self.worker.post_message(&v);
         } else {
@@ -87,61 +122,127 @@ impl Inner {
                     let _ = self.worker.post_message(&v);
                 }
             }
+            FromWorker::Crashed(words) => self.died(&words),
             FromWorker::Reply { id, response } => {
                 if let Some(tx) = self.pending.borrow_mut().remove(&id) {
                     let _ = tx.send(response);
                 }
             }
             FromWorker::Load { id, event } => {
-                let done = !matches!(event, LoadEvent::Progress { .. });
-                let handler = if done { self.loads.borrow_mut().remove(&id) } else { None };
-                match handler {
-                    Some(h) => h(id, event),
-                    None => {
-                        if let Some(h) = self.loads.borrow().get(&id) {
-                            h(id, event);
-                        }
-                    }
+                let handler = self.load.borrow().as_ref().map(|(_, h)| h.clone());
+                if !matches!(event, LoadEvent::Progress { .. }) {
+                    self.load.take();
+                }
+                if let Some(h) = handler {
+                    h(id, event);
                 }
             }
         }
     }
 
+    /// The worker stopped (a panic, or the browser ended it, e.g. out of memory): everything
+    /// waiting on it hears why, and it is terminated for good.
+    fn died(&self, why: &str) {
+        if self.dead.borrow().is_some() {
+            return;
+        }
+        let why = if why.is_empty() { "it stopped" } else { why };
+        let msg = format!(
+            "{}: the viewer's worker for this file stopped ({why}). A browser tab gives it at most 4 GiB of memory; \
+             the command-line `memscape stats {}` reads snapshots of any size.",
+            self.name, self.name
+        );
+        self.dead.replace(Some(msg.clone()));
+        self.worker.terminate();
+        for (_, tx) in self.pending.borrow_mut().drain() {
+            let _ = tx.send(Response::Error(msg.clone()));
+        }
+        if let Some((id, h)) = self.load.take() {
+            h(id, LoadEvent::Failed(msg));
+        }
+    }
+}
+
+impl Pool {
     fn id(&self) -> u32 {
         let id = self.next.get();
         self.next.set(id + 1);
         id
     }
+
+    /// Bookkeeping at the end of a load: a loaded file keeps its worker; otherwise it goes.
+    fn load_ended(&self, id: u32, event: &LoadEvent) {
+        let Some(conn) = self.loading.borrow_mut().remove(&id) else { return };
+        match event {
+            LoadEvent::Loaded(info) => {
+                self.docs.borrow_mut().insert(info.doc, conn);
+            }
+            _ => conn.worker.terminate(),
+        }
+    }
 }
 
 impl Client {
-    /// Sends a request and waits for its answer.
+    /// Sends a request to the worker holding its file and waits for the answer.
     pub async fn ask(&self, request: Request) -> Response {
+        let doc = request.doc();
+        let Some(conn) = self.0.docs.borrow().get(&doc).cloned() else {
+            return Response::Error("that file is not open".into());
+        };
+        if let Request::Close { .. } = request {
+            self.0.docs.borrow_mut().remove(&doc);
+            conn.worker.terminate();
+            return Response::Done;
+        }
+        if let Some(why) = conn.dead.borrow().clone() {
+            return Response::Error(why);
+        }
         let id = self.0.id();
         let (tx, rx) = oneshot::channel();
-        self.0.pending.borrow_mut().insert(id, tx);
-        self.send(&ToWorker::Request { id, request });
+        conn.pending.borrow_mut().insert(id, tx);
+        if let Ok(bytes) = postcard::to_allocvec(&ToWorker::Request { id, request }) {
+            conn.post(js_sys::Uint8Array::from(bytes.as_slice()).into());
+        }
         rx.await.unwrap_or_else(|_| Response::Error("the worker stopped".into()))
     }
 
-    fn send(&self, msg: &ToWorker) {
-        if let Ok(bytes) = postcard::to_allocvec(msg) {
-            self.0.post(js_sys::Uint8Array::from(bytes.as_slice()).into());
-        }
-    }
-
-    /// Opens a file (or any blob) in the worker; `on_event` hears progress and the end,
-    /// with the load's id. Returns that id, for [`Client::cancel`].
+    /// Opens a file (or any blob) in a new worker; `on_event` hears progress and the end,
+    /// with the load's id, which is also the file's id once loaded. Returns that id, for
+    /// [`Client::cancel`].
     pub fn open(&self, blob: &web_sys::Blob, name: &str, on_event: impl Fn(u32, LoadEvent) + 'static) -> u32 {
         let id = self.0.id();
-        self.0.loads.borrow_mut().insert(id, Box::new(on_event));
+        let pool: Weak<Pool> = Rc::downgrade(&self.0);
+        let handler: LoadHandler = Rc::new(move |id, event: LoadEvent| {
+            if !matches!(event, LoadEvent::Progress { .. }) {
+                if let Some(pool) = pool.upgrade() {
+                    pool.load_ended(id, &event);
+                }
+            }
+            on_event(id, event);
+        });
+        let conn = match Conn::spawn(&self.0.boot, name) {
+            Ok(c) => c,
+            Err(e) => {
+                handler(id, LoadEvent::Failed(format!("{name}: the browser could not start a worker: {e:?}")));
+                return id;
+            }
+        };
+        conn.load.replace(Some((id, handler)));
+        self.0.loading.borrow_mut().insert(id, conn.clone());
         let msg = js_sys::Array::of3(&JsValue::from(id), blob, &JsValue::from_str(name));
-        self.0.post(msg.into());
+        conn.post(msg.into());
         id
     }
 
-    /// Stops a load at its next slice.
+    /// Stops a load at once: its worker is terminated.
     pub fn cancel(&self, id: u32) {
-        self.send(&ToWorker::Cancel { id });
+        let conn = self.0.loading.borrow().get(&id).cloned();
+        if let Some(conn) = conn {
+            conn.worker.terminate();
+            conn.dead.replace(Some("cancelled".into()));
+            if let Some((id, h)) = conn.load.take() {
+                h(id, LoadEvent::Cancelled);
+            }
+        }
     }
 }

@@ -113,7 +113,7 @@ fn main() -> ExitCode {
 /// Reads a snapshot file in chunks through the incremental reader.
 fn load(path: &Path) -> anyhow::Result<snapshot::Loaded> {
     let mut f = File::open(path).with_context(|| format!("{}: cannot open", path.display()))?;
-    let mut loader = snapshot::Loader::new(snapshot::Limits::default());
+    let mut loader = snapshot::Loader::new(limits());
     if let Ok(m) = f.metadata() {
         loader.set_size_hint(m.len());
     }
@@ -128,6 +128,21 @@ fn load(path: &Path) -> anyhow::Result<snapshot::Loaded> {
         }
     }
     loader.finish().map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}
+
+/// The reader's limits on this machine: its working memory at most half the RAM (the
+/// model and analyses need about as much again), so a hostile file fails with a message
+/// instead of swapping the machine to a halt or being killed.
+fn limits() -> snapshot::Limits {
+    let mut limits = snapshot::Limits::default();
+    let ram = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+        let kb = m.lines().find_map(|l| l.strip_prefix("MemTotal:"))?.trim().strip_suffix("kB")?;
+        kb.trim().parse::<u64>().ok()
+    });
+    if let Some(kb) = ram {
+        limits.max_memory_bytes = limits.max_memory_bytes.min(kb * 1024 / 2);
+    }
+    limits
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {

@@ -29,14 +29,19 @@ pub struct Loading {
 impl Loading {
     /// Starts reading `name` of `total` bytes; `now_ms` is the caller's clock.
     pub fn new(name: &str, total: u64, now_ms: f64) -> Self {
-        let mut loader = Loader::new(Limits::default());
+        Self::with_limits(name, total, now_ms, Limits::default())
+    }
+
+    /// Starts reading with other limits than this platform's.
+    pub fn with_limits(name: &str, total: u64, now_ms: f64, limits: Limits) -> Self {
+        let mut loader = Loader::new(limits);
         loader.set_size_hint(total);
         Loading { name: name.to_string(), total, loader, started: now_ms }
     }
 
     /// Feeds the next slice; an error names the file, what was wrong and where.
     pub fn feed(&mut self, chunk: &[u8]) -> Result<(), String> {
-        self.loader.feed(chunk).map_err(|e| format!("{}: {e}", self.name))
+        self.loader.feed(chunk).map_err(|e| failed(&self.name, &e))
     }
 
     /// Bytes read so far.
@@ -69,7 +74,20 @@ struct Doc {
 #[derive(Default)]
 pub struct Engine {
     docs: HashMap<DocId, Doc>,
-    next: DocId,
+}
+
+/// A failed read in words: the file, what and where; for a file too large for this reader,
+/// what to do instead.
+fn failed(name: &str, e: &snapshot::ReadError) -> String {
+    let mut msg = format!("{name}: {e}");
+    // Only for a snapshot that is simply big (its size or its memory), not for hostile
+    // shapes (absurd lengths, bombs), which the command line refuses as well.
+    if e.kind == snapshot::ErrorKind::TooLarge && e.message.starts_with("the snapshot ") {
+        msg.push_str(&format!(
+            ". The command-line `memscape stats {name}` reads snapshots of any size; a smaller one can be recorded with a lower max_entries in torch.cuda.memory._record_memory_history."
+        ));
+    }
+    msg
 }
 
 impl Engine {
@@ -78,11 +96,11 @@ impl Engine {
         Self::default()
     }
 
-    /// Finishes a load: the snapshot is kept and its default device laid out. `now_ms` is
-    /// the caller's clock (the worker has no `Instant`).
-    pub fn finish(&mut self, loading: Loading, now_ms: &dyn Fn() -> f64) -> Result<DocInfo, String> {
+    /// Finishes a load: the snapshot is kept as `doc` (the caller's name for it) and its
+    /// default device laid out. `now_ms` is the caller's clock (the worker has no `Instant`).
+    pub fn finish(&mut self, doc: DocId, loading: Loading, now_ms: &dyn Fn() -> f64) -> Result<DocInfo, String> {
         let name = loading.name.clone();
-        let loaded = loading.loader.finish().map_err(|e| format!("{name}: {e}"))?;
+        let loaded = loading.loader.finish().map_err(|e| failed(&name, &e))?;
         let parsed = now_ms();
         let snap = loaded.snapshot;
         let summary = stats::summary(&snap);
@@ -96,8 +114,6 @@ impl Engine {
                 has_time: snap.trace(d).has_time(),
             })
             .collect();
-        let doc = self.next;
-        self.next += 1;
         let info = DocInfo {
             doc,
             name,
@@ -124,16 +140,7 @@ impl Engine {
 
     /// Answers one request.
     pub fn handle(&mut self, req: Request) -> Response {
-        let doc_id = match &req {
-            Request::View(q) => q.doc,
-            Request::Hit { doc, .. } => *doc,
-            Request::Details { doc, .. }
-            | Request::Events { doc, .. }
-            | Request::State { doc, .. }
-            | Request::Search { doc, .. }
-            | Request::ClearSearch { doc }
-            | Request::Close { doc } => *doc,
-        };
+        let doc_id = req.doc();
         if let Request::Close { doc } = req {
             self.docs.remove(&doc);
             return Response::Done;

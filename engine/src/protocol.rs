@@ -30,6 +30,22 @@ pub enum Request {
     Close { doc: DocId },
 }
 
+impl Request {
+    /// The file the request is about.
+    pub fn doc(&self) -> DocId {
+        match self {
+            Request::View(q) => q.doc,
+            Request::Hit { doc, .. }
+            | Request::Details { doc, .. }
+            | Request::Events { doc, .. }
+            | Request::State { doc, .. }
+            | Request::Search { doc, .. }
+            | Request::ClearSearch { doc }
+            | Request::Close { doc } => *doc,
+        }
+    }
+}
+
 /// The answer to a [`Request`].
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum Response {
@@ -56,15 +72,22 @@ pub enum LoadEvent {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum FromWorker {
     Ready,
-    Load { id: u32, event: LoadEvent },
-    Reply { id: u32, response: Response },
+    /// The worker panicked (its last words); it is gone after this.
+    Crashed(String),
+    Load {
+        id: u32,
+        event: LoadEvent,
+    },
+    Reply {
+        id: u32,
+        response: Response,
+    },
 }
 
 /// A message from the page that is not a file (files travel as `File` objects).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum ToWorker {
     Request { id: u32, request: Request },
-    Cancel { id: u32 },
 }
 
 /// A file that finished loading.

@@ -1,9 +1,10 @@
 //! The Web Worker: reads files in slices and runs the engine, so the page never waits on
-//! parsing or layout. Messages in: `[id, Blob, name]` to open a file, or postcard bytes of
-//! a `ToWorker`. Messages out: postcard bytes of a `FromWorker`.
+//! parsing or layout. The page starts one worker per file, so each file has wasm32's whole
+//! 4 GiB and a file that exhausts it takes no other file down. Messages in: `[id, Blob,
+//! name]` to open a file (as doc `id`), or postcard bytes of a `ToWorker`. Messages out:
+//! postcard bytes of a `FromWorker`. A load is cancelled by terminating the worker.
 
 use std::cell::RefCell;
-use std::collections::HashSet;
 use std::rc::Rc;
 
 use engine::protocol::{FromWorker, LoadEvent, Response, ToWorker};
@@ -13,13 +14,12 @@ use wasm_bindgen::JsCast;
 use web_sys::{DedicatedWorkerGlobalScope, MessageEvent};
 
 /// Slice size: large enough that per-slice overhead vanishes, small enough for a smooth
-/// progress bar and a prompt cancel.
+/// progress bar.
 const SLICE: u64 = 4 << 20;
 
 struct Worker {
     scope: DedicatedWorkerGlobalScope,
     engine: RefCell<Engine>,
-    cancelled: RefCell<HashSet<u32>>,
 }
 
 impl Worker {
@@ -55,10 +55,6 @@ impl Worker {
         let mut at = 0u64;
         let mut last_progress = 0.0;
         while at < total {
-            if self.cancelled.borrow_mut().remove(&id) {
-                self.send(&FromWorker::Load { id, event: LoadEvent::Cancelled });
-                return;
-            }
             let end = (at + SLICE).min(total);
             let slice = blob.slice(at, end);
             let bytes = match gloo_file::futures::read_as_bytes(&slice).await {
@@ -81,12 +77,8 @@ impl Worker {
                 self.send(&FromWorker::Load { id, event: LoadEvent::Progress { bytes: at, total } });
             }
         }
-        if self.cancelled.borrow_mut().remove(&id) {
-            self.send(&FromWorker::Load { id, event: LoadEvent::Cancelled });
-            return;
-        }
         let this = self.clone();
-        let result = self.engine.borrow_mut().finish(loading, &|| this.now());
+        let result = self.engine.borrow_mut().finish(id, loading, &|| this.now());
         let event = match result {
             Ok(mut info) => {
                 info.heap_bytes = wasm_memory_bytes();
@@ -112,9 +104,6 @@ impl Worker {
                 let response = self.engine.borrow_mut().handle(request);
                 self.send(&FromWorker::Reply { id, response });
             }
-            Ok(ToWorker::Cancel { id }) => {
-                self.cancelled.borrow_mut().insert(id);
-            }
             Err(e) => web_sys::console::error_1(&format!("worker: bad message: {e}").into()),
         }
     }
@@ -133,10 +122,18 @@ fn wasm_memory_bytes() -> u64 {
 }
 
 fn main() {
-    console_error_panic_hook::set_once();
+    // A panic ends this worker (wasm has no unwinding): log it, and tell the page why, so
+    // it can say so on the file's tab instead of waiting for an answer that never comes.
+    std::panic::set_hook(Box::new(|info| {
+        console_error_panic_hook::hook(info);
+        let scope: DedicatedWorkerGlobalScope = js_sys::global().unchecked_into();
+        let words = info.payload_as_str().unwrap_or("a panic").to_string();
+        if let Ok(bytes) = postcard::to_allocvec(&FromWorker::Crashed(words)) {
+            let _ = scope.post_message(&js_sys::Uint8Array::from(bytes.as_slice()));
+        }
+    }));
     let scope: DedicatedWorkerGlobalScope = js_sys::global().unchecked_into();
-    let worker =
-        Rc::new(Worker { scope: scope.clone(), engine: RefCell::new(Engine::new()), cancelled: Default::default() });
+    let worker = Rc::new(Worker { scope: scope.clone(), engine: RefCell::new(Engine::new()) });
     let w = worker.clone();
     let onmessage = Closure::<dyn Fn(MessageEvent)>::new(move |m: MessageEvent| w.on_message(m.data()));
     scope.set_onmessage(Some(onmessage.as_ref().unchecked_ref()));

@@ -29,7 +29,8 @@ fn open(engine: &mut Engine, name: &str, bytes: &[u8], slice: usize) -> Result<D
         l.feed(c)?;
     }
     assert_eq!(l.bytes(), bytes.len() as u64);
-    engine.finish(l, &|| 0.0)
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+    engine.finish(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed), l, &|| 0.0)
 }
 
 fn view(e: &mut Engine, doc: DocId, device: u32, kind: Kind, start: f64, end: f64, columns: u32) -> ViewModel {
@@ -347,4 +348,15 @@ fn segment_views_carry_the_allocated_line_inside_reserved_memory() {
         checked += 1;
     }
     assert_eq!(checked, 3);
+}
+
+#[test]
+fn a_file_too_large_for_the_tab_is_refused_at_once_with_what_to_do_instead() {
+    let bytes = example();
+    let limits = snapshot::Limits { max_pickle_bytes: 1 << 20, ..snapshot::Limits::default() };
+    let mut l = Loading::with_limits("big.pickle", bytes.len() as u64, 0.0, limits);
+    let e = l.feed(&bytes[..4096]).expect_err("refused on the first slice");
+    assert!(e.starts_with("big.pickle: the snapshot is too large"), "{e}");
+    assert!(e.contains("this reader takes pickles up to"), "{e}");
+    assert!(e.contains("memscape stats big.pickle") && e.contains("max_entries"), "{e}");
 }

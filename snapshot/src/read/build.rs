@@ -120,7 +120,7 @@ impl Builder<'_> {
                 "segments" => snap.segments = self.segments(v, "segments")?,
                 "device_traces" => {
                     let lists = self.list(v, "device_traces")?;
-                    let mut traces = Vec::with_capacity(lists.len());
+                    let mut traces = Vec::with_capacity(reserve(lists.len()));
                     for (d, l) in lists.into_iter().enumerate() {
                         traces.push(self.trace(l, &format!("device_traces[{d}]"))?);
                     }
@@ -201,7 +201,7 @@ impl Builder<'_> {
 
     fn segments(&mut self, v: PVal, path: &str) -> Result<Vec<Segment>, ReadError> {
         let items = self.list(v, path)?;
-        let mut out = Vec::with_capacity(items.len());
+        let mut out = Vec::with_capacity(reserve(items.len()));
         for (i, s) in items.into_iter().enumerate() {
             out.push(self.segment(s, &format!("{path}[{i}]"))?);
         }
@@ -250,7 +250,7 @@ impl Builder<'_> {
                 "frames" => s.frames = Some(self.stack(v, path, k, x)?),
                 "blocks" => {
                     let items = self.list(x, &format!("{path}.blocks"))?;
-                    s.blocks.reserve(items.len());
+                    s.blocks.reserve(reserve(items.len()));
                     for (i, b) in items.into_iter().enumerate() {
                         s.blocks.push(self.block(b, &format!("{path}.blocks[{i}]"))?);
                     }
@@ -303,7 +303,7 @@ impl Builder<'_> {
                 "frames" => b.frames = Some(self.stack(v, path, k, x)?),
                 "history" => {
                     let items = self.list(x, &format!("{path}.history"))?;
-                    let mut hs = Vec::with_capacity(items.len());
+                    let mut hs = Vec::with_capacity(reserve(items.len()));
                     for (i, h) in items.into_iter().enumerate() {
                         hs.push(self.history(h, &format!("{path}.history[{i}]"))?);
                     }
@@ -343,7 +343,7 @@ impl Builder<'_> {
 
     fn annotations(&mut self, v: PVal) -> Result<Vec<Annotation>, ReadError> {
         let items = self.list(v, "external_annotations")?;
-        let mut out = Vec::with_capacity(items.len());
+        let mut out = Vec::with_capacity(reserve(items.len()));
         let empty = StrId(u32::MAX);
         for (i, a) in items.into_iter().enumerate() {
             let path = format!("external_annotations[{i}]");
@@ -365,4 +365,11 @@ impl Builder<'_> {
         }
         Ok(out)
     }
+}
+
+/// Room to reserve for `n` items of a list being converted. A converted item is several
+/// times larger than the 16 bytes the reader charged for it, so a huge list of the wrong
+/// things must fail on its first item, not on reserving room for all of them.
+fn reserve(n: usize) -> usize {
+    n.min(1 << 16)
 }

@@ -157,7 +157,12 @@ impl Loader {
                 }
                 Ok(())
             }
-            State::Pickle(p) => p.feed(chunk),
+            State::Pickle(p) => {
+                if self.consumed > self.limits.max_pickle_bytes {
+                    return Err(too_large(self.consumed, self.limits, "decompressed, it is over").at(self.consumed));
+                }
+                p.feed(chunk)
+            }
             State::Gzip(dec) => match dec.write_all(chunk) {
                 Ok(()) => Ok(()),
                 Err(e) => Err(gzip_error(dec.get_mut(), e, self.consumed)),
@@ -272,6 +277,9 @@ fn detect(
         // Protocol 2+ starts with PROTO; protocols 0 and 1 with a container opcode, or with
         // GLOBAL when the pickle wants to run code (the VM then refuses it with a clear error).
         if first == 0x80 || (matches!(first, b'}' | b']' | b'(' | b')') && !looks_like_text(b)) || is_global(b) {
+            if let Some(size) = size_hint.filter(|&s| s > limits.max_pickle_bytes) {
+                return Err(too_large(size, limits, "it is"));
+            }
             return Ok(Some(State::Pickle(Box::new(PickleState::new(limits, size_hint)))));
         }
     }
@@ -280,6 +288,19 @@ fn detect(
         b'<' => Ok(Some(State::Buffer(Buffered::Html, Vec::new()))),
         _ => Err(not_a_snapshot(prefix)),
     }
+}
+
+/// The refusal of a pickle larger than [`Limits::max_pickle_bytes`].
+fn too_large(size: u64, limits: Limits, what: &str) -> ReadError {
+    let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+    ReadError::new(
+        ErrorKind::TooLarge,
+        format!(
+            "the snapshot is too large to open here: {what} {:.2} GiB, and this reader takes pickles up to {:.2} GiB (its model would not fit in memory)",
+            gib(size),
+            gib(limits.max_pickle_bytes)
+        ),
+    )
 }
 
 /// `c<module>\n<name>\n`: the GLOBAL opcode of protocols 0 and 1.

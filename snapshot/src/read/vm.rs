@@ -99,6 +99,16 @@ pub(crate) struct Obj {
     pub rows: Option<Box<Trace>>,
 }
 
+/// Most values the pickle stack may hold at once. Picklers push containers' items in
+/// batches of 1000, so only hostile input comes near; without a bound, a stream of pushes
+/// after one MARK would grow the stack until memory runs out.
+const MAX_STACK: usize = 1 << 24;
+
+/// Most items one list, tuple or dict may hold (a dict counts keys and values). Snapshots'
+/// long lists are trace entries, which are stored by column and not counted here; a single
+/// container past this would, in wasm32, outgrow the largest allocation there is (2 GiB).
+const MAX_ITEMS: usize = 1 << 25;
+
 /// Resource limits of one read.
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
@@ -106,6 +116,9 @@ pub struct Limits {
     pub max_memory_bytes: u64,
     /// Longest single string or bytes value.
     pub max_string_bytes: u64,
+    /// Largest pickle stream (after decompression) the reader takes. A file known to be
+    /// larger is refused before it is read; a compressed one when its output passes this.
+    pub max_pickle_bytes: u64,
 }
 
 impl Default for Limits {
@@ -114,6 +127,10 @@ impl Default for Limits {
         Limits {
             max_memory_bytes: if wasm { 3 << 30 } else { 64 << 30 },
             max_string_bytes: if wasm { 256 << 20 } else { 2 << 30 },
+            // Measured in Chromium on generated snapshots (the densest: ~94 bytes an event):
+            // 2.87 GiB opens with 3.3 GiB of wasm memory; at 2.98 GiB an array of the layout
+            // outgrows wasm32's largest allocation (2 GiB). See docs/benchmarks.md.
+            max_pickle_bytes: if wasm { 23 << 27 } else { u64::MAX },
         }
     }
 }
@@ -316,6 +333,25 @@ impl Vm {
         self.mem
     }
 
+    #[cold]
+    fn over_limits(&mut self, offset: u64) -> ReadError {
+        if self.stack.len() >= MAX_STACK {
+            let what =
+                format!("more than {MAX_STACK} values on the pickle stack at once (Python's pickler batches by 1000)");
+            return err(ErrorKind::TooLarge, what).at(offset);
+        }
+        self.charge(0, offset).err().unwrap_or_else(|| err(ErrorKind::TooLarge, "over the reader's limits").at(offset))
+    }
+
+    /// Refuses to grow container `id` past [`MAX_ITEMS`].
+    fn room(&self, id: u32, more: usize, offset: u64) -> Result<(), ReadError> {
+        if self.objs[id as usize].items.len() + more > MAX_ITEMS {
+            let what = format!("a list, tuple or dict with more than {MAX_ITEMS} items");
+            return Err(err(ErrorKind::TooLarge, what).at(offset));
+        }
+        Ok(())
+    }
+
     fn charge(&mut self, bytes: u64, offset: u64) -> Result<(), ReadError> {
         self.mem += bytes;
         if self.mem > self.limits.max_memory_bytes {
@@ -422,6 +458,9 @@ impl Vm {
         let mut pos = 0;
         let n = data.len();
         while pos < n && self.root.is_none() {
+            if self.stack.len() >= MAX_STACK || self.mem > self.limits.max_memory_bytes {
+                return Err(self.over_limits(base + pos as u64));
+            }
             // The opcodes that make up almost all of a snapshot, handled without a call.
             let o = data[pos];
             match o {
@@ -821,6 +860,7 @@ impl Vm {
                         && o.rows.is_none()
                         && !self.stack[m..].iter().any(|v| matches!(v, PVal::Obj(..) | PVal::Pending(_)));
                     if plain {
+                        self.room(lid, self.stack.len() - m, off)?;
                         self.charge((self.stack.len() - m) as u64 * 16, off)?;
                         self.objs[lid as usize].items.extend_from_slice(&self.stack[m..]);
                         self.stack.truncate(m);
@@ -858,6 +898,7 @@ impl Vm {
                         return Err(err(ErrorKind::Malformed, format!("SETITEMS on a {what}, not a dict")).at(off));
                     }
                 };
+                self.room(id, self.stack.len() - m, off)?;
                 self.charge((self.stack.len() - m) as u64 * 16, off)?;
                 self.objs[id as usize].items.extend_from_slice(&self.stack[m..]);
                 self.stack.truncate(m);
@@ -967,6 +1008,7 @@ impl Vm {
                 return Err(err(ErrorKind::Malformed, format!("SETITEM(S) on a {what}, not a dict")).at(off));
             }
         };
+        self.room(id, kv.len(), off)?;
         self.charge(kv.len() as u64 * 16, off)?;
         self.objs[id as usize].items.extend_from_slice(kv);
         Ok(())
@@ -997,6 +1039,7 @@ impl Vm {
             }
         }
         if !matches!(item, PVal::Obj(..)) {
+            self.room(lid, 1, off)?;
             let l = &mut self.objs[lid as usize];
             if l.rows.is_none() {
                 l.items.push(item);

@@ -1,6 +1,8 @@
 //! Bad input never panics or hangs: it gives an error that says what and where.
 
-use snapshot::{read, ErrorKind, ReadError};
+use std::io::Write;
+
+use snapshot::{read, ErrorKind, Limits, Loader, ReadError};
 
 use crate::{corpus_dir, Rng};
 
@@ -116,6 +118,75 @@ fn absurd_lengths_are_refused_without_allocating() {
     // Memo references to nowhere.
     fails(&pickle(b"j\xff\xff\xff\x7f."), ErrorKind::Malformed);
     fails(&pickle(b"h\x09."), ErrorKind::Malformed);
+}
+
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    enc.write_all(bytes).unwrap();
+    enc.finish().unwrap()
+}
+
+fn read_with(bytes: &[u8], limits: Limits, size_hint: bool) -> Result<snapshot::Loaded, ReadError> {
+    let mut l = Loader::new(limits);
+    if size_hint {
+        l.set_size_hint(bytes.len() as u64);
+    }
+    for chunk in bytes.chunks(1 << 16) {
+        l.feed(chunk)?;
+    }
+    l.finish()
+}
+
+#[test]
+fn a_pickle_over_the_size_limit_is_refused_before_reading_or_as_it_decompresses() {
+    let bytes = std::fs::read(corpus_dir().join("pt24-linear-tiny.pkl")).unwrap();
+    let limits = Limits { max_pickle_bytes: 1000, ..Limits::default() };
+    // Its size is known: refused on the first chunk, saying how big it is and the limit.
+    let mut l = Loader::new(limits);
+    l.set_size_hint(bytes.len() as u64);
+    let e = l.feed(&bytes[..64]).expect_err("refused at once");
+    assert_eq!(e.kind, ErrorKind::TooLarge);
+    let gib = |b: usize| format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64);
+    assert!(e.to_string().contains(&gib(bytes.len())) && e.to_string().contains(&gib(1000)), "{e}");
+    // Compressed: refused once the decompressed stream passes the limit.
+    let e = read_with(&gzip(&bytes), limits, true).expect_err("refused while decompressing");
+    assert_eq!(e.kind, ErrorKind::TooLarge, "{e}");
+    assert!(e.to_string().contains("decompressed") && e.to_string().contains("gzip payload"), "{e}");
+    // Under the limit it reads.
+    read_with(&bytes, Limits { max_pickle_bytes: bytes.len() as u64, ..Limits::default() }, true).unwrap();
+}
+
+#[test]
+fn bombs_stop_at_the_limits_with_an_offset() {
+    // 20 million pushes after one MARK (a gzip bomb's payload: 40 MB from 40 kB): the
+    // stack's bound stops it, long before memory runs out.
+    let mut pushes = pickle(b"](");
+    pushes.extend(std::iter::repeat_n(*b"K\x00", 20_000_000).flatten());
+    pushes.extend_from_slice(b"e.");
+    let packed = gzip(&pushes);
+    assert!(packed.len() < pushes.len() / 100);
+    let e = read(&packed).expect_err("stack bomb");
+    assert_eq!(e.kind, ErrorKind::TooLarge, "{e}");
+    assert!(e.to_string().contains("pickle stack") && e.offset.is_some(), "{e}");
+    // One APPEND at a time (no batch ever charges more than one item): the memory limit
+    // still holds, checked between opcodes.
+    let mut appends = pickle(b"]");
+    appends.extend(std::iter::repeat_n(*b"K\x00a", 200_000).flatten());
+    appends.push(b'.');
+    let limits = Limits { max_memory_bytes: 1 << 20, ..Limits::default() };
+    let e = read_with(&appends, limits, false).expect_err("append bomb");
+    assert_eq!(e.kind, ErrorKind::TooLarge, "{e}");
+    assert!(e.to_string().contains("limit 1 MiB"), "{e}");
+    // A root list of many non-dicts fails on its first item, not by reserving room for all.
+    let mut ints = pickle(b"]");
+    for _ in 0..1000 {
+        ints.push(b'(');
+        ints.extend(std::iter::repeat_n(*b"K\x00", 1000).flatten());
+        ints.push(b'e');
+    }
+    ints.push(b'.');
+    let e = fails(&ints, ErrorKind::Schema);
+    assert!(e.to_string().contains("[0]"), "{e}");
 }
 
 #[test]

@@ -1,0 +1,36 @@
+// The release build in dist/ is a static site that works from any path on any host: here it is
+// served under a sub-path, and everything (page, workers, wasm, the example) loads from there.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { serve, browser, CORPUS, DIST } from '../harness.js';
+
+test('dist/ served under a sub-path opens the example with PyTorch\'s figures', async () => {
+  const prefix = '/team/tools/memscape/';
+  const html = readFileSync(join(DIST, 'index.html'), 'utf8');
+  assert.doesNotMatch(html, /(src|href)="\/(?!\/)/, 'no root-absolute URLs in index.html');
+  const srv = await serve(DIST, prefix);
+  const ctx = await browser();
+  const requests = [], errors = [];
+  ctx.on('request', r => requests.push(r.url()));
+  const page = await ctx.newPage();
+  page.on('pageerror', e => errors.push(e.message));
+  page.on('console', m => { if (m.type() === 'error') errors.push(m.text()); });
+  try {
+    await page.goto(srv.url);
+    await page.waitForFunction(() => document.querySelector('#stats .file-line')?.textContent.startsWith('cs336-fullstep.pickle '), null, { timeout: 60000 });
+    const exp = JSON.parse(readFileSync(join(CORPUS, 'expected', 'pt25-cs336-fullstep-annotations.pickle.json'), 'utf8'));
+    const stats = await page.evaluate(() => Object.fromEntries([...document.querySelectorAll('#stats-table tr')]
+      .map(tr => [tr.dataset.key, Number(tr.dataset.value)])));
+    assert.equal(stats.total_reserved, exp.segsum.total_reserved);
+    assert.equal(stats['timeline.peak_bytes'], exp.memoryviz.devices['0'].active_memory_timeline.max_at_time_peak);
+    const http = requests.filter(u => u.startsWith('http'));
+    assert.ok(http.some(u => u.endsWith('.wasm')), 'the wasm came from the sub-path');
+    assert.deepEqual(http.filter(u => !u.startsWith(srv.url)), [], 'every request stays under the sub-path');
+    assert.deepEqual(errors, []);
+  } finally {
+    await ctx.close();
+    await srv.close();
+  }
+});
