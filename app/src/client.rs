@@ -36,6 +36,8 @@ struct Conn {
     queue: RefCell<Vec<JsValue>>,
     pending: RefCell<HashMap<u32, oneshot::Sender<Response>>>,
     load: RefCell<Option<(u32, LoadHandler)>>,
+    /// The file it was given (for *Save offline HTML*).
+    blob: web_sys::Blob,
     /// Why the worker stopped, once it has.
     dead: RefCell<Option<String>>,
 }
@@ -43,10 +45,22 @@ struct Conn {
 /// Prepares the workers' boot script. Their code is built by Trunk next to the page
 /// (`worker.js` and `worker_bg.wasm`); a tiny boot script from a `blob:` URL loads it, so the
 /// same code works when the page is served from any path.
+/// In an offline page (see the `offline` crate) the boot script holds the worker's code and
+/// its wasm (base64) itself: the page has nothing to load them from.
 pub fn start() -> Result<Client, JsValue> {
-    let base = web_sys::window().ok_or("no window")?.document().ok_or("no document")?.base_uri()?.unwrap_or_default();
-    let base = base.rsplit_once('/').map_or(base.clone(), |(b, _)| format!("{b}/"));
-    let boot = format!("importScripts('{base}worker.js'); wasm_bindgen({{ module_or_path: '{base}worker_bg.wasm' }});");
+    let boot = match (crate::save::embedded(offline::WORKER_JS), crate::save::embedded_text(offline::WORKER_WASM)) {
+        (Some(js), Some(wasm)) => format!(
+            "{}\nwasm_bindgen({{ module_or_path: Uint8Array.from(atob('{}'), c => c.charCodeAt(0)) }});",
+            String::from_utf8_lossy(&js),
+            wasm.trim()
+        ),
+        _ => {
+            let doc = web_sys::window().ok_or("no window")?.document().ok_or("no document")?;
+            let base = doc.base_uri()?.unwrap_or_default();
+            let base = base.rsplit_once('/').map_or(base.clone(), |(b, _)| format!("{b}/"));
+            format!("importScripts('{base}worker.js'); wasm_bindgen({{ module_or_path: '{base}worker_bg.wasm' }});")
+        }
+    };
     let parts = js_sys::Array::of1(&JsValue::from_str(&boot));
     let opts = web_sys::BlobPropertyBag::new();
     opts.set_type("text/javascript");
@@ -61,7 +75,7 @@ pub fn start() -> Result<Client, JsValue> {
 }
 
 impl Conn {
-    fn spawn(boot: &str, name: &str) -> Result<Rc<Conn>, JsValue> {
+    fn spawn(boot: &str, name: &str, blob: &web_sys::Blob) -> Result<Rc<Conn>, JsValue> {
         let conn = Rc::new(Conn {
             worker: Worker::new(boot)?,
             name: name.to_string(),
@@ -69,6 +83,7 @@ impl Conn {
             queue: RefCell::new(Vec::new()),
             pending: RefCell::new(HashMap::new()),
             load: RefCell::new(None),
+            blob: blob.clone(),
             dead: RefCell::new(None),
         });
         let weak = Rc::downgrade(&conn);
@@ -220,7 +235,7 @@ impl Client {
             }
             on_event(id, event);
         });
-        let conn = match Conn::spawn(&self.0.boot, name) {
+        let conn = match Conn::spawn(&self.0.boot, name, blob) {
             Ok(c) => c,
             Err(e) => {
                 handler(id, LoadEvent::Failed(format!("{name}: the browser could not start a worker: {e:?}")));
@@ -232,6 +247,11 @@ impl Client {
         let msg = js_sys::Array::of3(&JsValue::from(id), blob, &JsValue::from_str(name));
         conn.post(msg.into());
         id
+    }
+
+    /// The file an open document was read from.
+    pub fn blob(&self, doc: DocId) -> Option<web_sys::Blob> {
+        self.0.docs.borrow().get(&doc).map(|c| c.blob.clone())
     }
 
     /// Stops a load at once: its worker is terminated.

@@ -5,6 +5,7 @@
 
 mod client;
 mod draw;
+mod save;
 
 use std::cell::RefCell;
 
@@ -358,7 +359,19 @@ fn App() -> impl IntoView {
     }
     // The bundled example, unless the page was opened with ?empty.
     let search_str = web_sys::window().and_then(|w| w.location().search().ok()).unwrap_or_default();
-    if !search_str.contains("empty") {
+    let embedded = save::embedded(offline::SNAPSHOT);
+    if let Some(bytes) = embedded {
+        // An offline page: open the snapshot it carries.
+        let name = web_sys::window()
+            .and_then(|w| w.document())
+            .and_then(|d| d.get_element_by_id(offline::SNAPSHOT))
+            .and_then(|e| e.get_attribute("data-name"))
+            .unwrap_or_else(|| "snapshot".into());
+        let parts = js_sys::Array::of1(&js_sys::Uint8Array::from(bytes.as_slice()));
+        if let Ok(b) = web_sys::Blob::new_with_u8_array_sequence(&parts) {
+            s.open(b, name);
+        }
+    } else if !search_str.contains("empty") {
         spawn_local(async move {
             let Some(w) = web_sys::window() else { return };
             let Ok(resp) = wasm_bindgen_futures::JsFuture::from(w.fetch_with_str(EXAMPLE)).await else { return };
@@ -878,6 +891,18 @@ fn Main(s: S) -> impl IntoView {
         }
     };
 
+    let save_html = move |_| {
+        let Some(t) = s.tab_untracked() else { return };
+        let Some(blob) = worker().blob(t.info.doc) else { return };
+        s.status.set(format!("Making an offline page of {}…", t.info.name));
+        spawn_local(async move {
+            match save::save(t.info.name.clone(), blob).await {
+                Ok(()) => s.status.set(format!("Saved {}.html", t.info.name)),
+                Err(e) => s.error.set(Some(format!("{}: could not make the offline page: {e}", t.info.name))),
+            }
+        });
+    };
+
     view! {
         <div class="toolbar">
             <label>"Device "
@@ -917,6 +942,7 @@ fn Main(s: S) -> impl IntoView {
             }>"Jump to peak"</button>
             <button id="whole" on:click=move |_| s.edit(|t| { t.start = 0.0; t.end = f64::from(t.n_steps); })>"Whole trace"</button>
             <button id="png" on:click=export_png>"Export PNG"</button>
+            <button id="save-html" title="One HTML file with the viewer and this snapshot; opens offline" on:click=save_html>"Save offline HTML"</button>
             <span class="spacer"></span>
             <input id="search" type="search" placeholder="Search frames or address" on:keydown=move |e: web_sys::KeyboardEvent| {
                 if e.key() == "Enter" { run_search(); }

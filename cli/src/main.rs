@@ -26,6 +26,15 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Write one self-contained HTML file with the viewer and this snapshot: it opens from
+    /// disk, offline, with no network at all (the replacement for `_memory_viz.py trace_plot`).
+    Html {
+        /// A snapshot in any form `stats` reads, including the HTML pages of `_memory_viz.py`.
+        file: PathBuf,
+        /// The HTML file to write.
+        #[arg(short, long)]
+        output: PathBuf,
+    },
     /// Generate a realistic synthetic snapshot (deterministic for a given seed).
     Synth {
         /// Approximate size of the pickle, e.g. 100M or 1G.
@@ -110,6 +119,8 @@ fn main() -> ExitCode {
     }
 }
 
+include!(concat!(env!("OUT_DIR"), "/app_assets.rs"));
+
 /// Reads a snapshot file in chunks through the incremental reader.
 fn load(path: &Path) -> anyhow::Result<snapshot::Loaded> {
     let mut f = File::open(path).with_context(|| format!("{}: cannot open", path.display()))?;
@@ -160,6 +171,23 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             } else {
                 print_stats(&mut out, &s)?;
             }
+            Ok(())
+        }
+        Command::Html { file, output } => {
+            let Some(assets) = app_assets() else {
+                bail!("this memscape was built without the viewer: run `trunk build --release` at the repository's root, then build memscape again");
+            };
+            let loaded = load(&file)?;
+            let bytes = match loaded.format {
+                // A page made by `_memory_viz.py`: embed the snapshot it holds, as a pickle.
+                snapshot::Format::Html(_) => snapshot::write::to_pickle_bytes(&loaded.snapshot),
+                _ => std::fs::read(&file).with_context(|| format!("{}: cannot read", file.display()))?,
+            };
+            let name = file.file_name().map_or("snapshot".into(), |n| n.to_string_lossy().into_owned());
+            let name = name.strip_suffix(".html").unwrap_or(&name).to_string();
+            let html = offline::page(&assets, &name, &bytes);
+            std::fs::write(&output, &html).with_context(|| format!("{}: cannot write", output.display()))?;
+            println!("wrote {} ({} bytes): open it in a browser, no network needed", output.display(), html.len());
             Ok(())
         }
         Command::Synth { size, entries, devices, layers, seed, oom, output } => {

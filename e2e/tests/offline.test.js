@@ -1,0 +1,125 @@
+// The single offline HTML file, made by the app's button and by `memscape html`: opened from
+// file:// with every network request blocked, it shows the snapshot with PyTorch's figures,
+// attempts no request, and can open other files itself.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync, readdirSync, copyFileSync, statSync, mkdirSync } from 'node:fs';
+import { gzipSync } from 'node:zlib';
+import { execFileSync } from 'node:child_process';
+import { join } from 'node:path';
+import { tmpdir } from 'node:os';
+import { serve, browser, CORPUS, ROOT, DIST } from '../harness.js';
+
+const MEMSCAPE = join(ROOT, 'target', 'debug', 'memscape');
+let srv;
+
+before(async () => { srv = await serve(); });
+after(async () => { await srv?.close(); });
+
+function expected(name) {
+  return JSON.parse(readFileSync(join(CORPUS, 'expected', `${name}.json`), 'utf8'));
+}
+
+const stats = page => page.evaluate(() => Object.fromEntries([...document.querySelectorAll('#stats-table tr')]
+  .map(tr => [tr.dataset.key, Number(tr.dataset.value)])));
+
+/** Opens `file` from disk with the network cut off; returns the page and what it tried to fetch. */
+async function openOffline(file, shownName) {
+  const ctx = await browser();
+  const attempts = [], errors = [];
+  await ctx.route('**/*', route => {
+    const url = route.request().url();
+    if (url.startsWith('file:') || url.startsWith('blob:') || url.startsWith('data:')) return route.continue();
+    attempts.push(url);
+    return route.abort();
+  });
+  await ctx.setOffline(true);
+  ctx.on('request', r => { if (!/^(file|blob|data):/.test(r.url())) attempts.push(r.url()); });
+  const page = await ctx.newPage();
+  page.on('pageerror', e => errors.push(e.message));
+  page.on('console', m => { if (m.type() === 'error') errors.push(m.text()); });
+  await page.goto('file://' + file);
+  await page.waitForFunction(n => document.querySelector('#stats .file-line')?.textContent.startsWith(n + ' '), shownName, { timeout: 60000 });
+  await page.waitForTimeout(300);
+  return { ctx, page, attempts, errors };
+}
+
+async function checkFigures(page, corpusName, device = 0) {
+  const exp = expected(corpusName);
+  const got = await stats(page);
+  for (const k of ['segments', 'total_reserved', 'total_allocated', 'free_internal', 'free_external']) assert.equal(got[k], exp.segsum[k], k);
+  const viz = exp.memoryviz.devices?.[String(device)];
+  if (viz) {
+    assert.equal(got['timeline.peak_bytes'], viz.active_memory_timeline.max_at_time_peak);
+    assert.equal(got['timeline.elements'], viz.active_memory_timeline.elements);
+  }
+  const painted = await page.evaluate(() => {
+    const c = document.getElementById('timeline');
+    const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+    let n = 0;
+    for (let i = 0; i < d.length; i += 4) if (Math.abs(d[i] - d[0]) + Math.abs(d[i + 1] - d[1]) + Math.abs(d[i + 2] - d[2]) > 30) n++;
+    return n;
+  });
+  assert.ok(painted > 10000, `timeline drawn (${painted} pixels)`);
+}
+
+test('the app\'s Save offline HTML makes a file that works from disk with no network', async () => {
+  const ctx = await browser();
+  const page = await ctx.newPage();
+  await page.goto(srv.url);
+  await page.waitForFunction(() => document.querySelector('#stats .file-line')?.textContent.startsWith('cs336-fullstep.pickle '), null, { timeout: 60000 });
+  const [download] = await Promise.all([page.waitForEvent('download', { timeout: 60000 }), page.locator('#save-html').click()]);
+  assert.equal(download.suggestedFilename(), 'cs336-fullstep.pickle.html');
+  const file = join(tmpdir(), 'memscape-offline-app.html');
+  copyFileSync(await download.path(), file);
+  await ctx.close();
+  // About the app bundle plus the compressed snapshot (base64 adds a third).
+  const bundle = readdirSync(DIST).filter(f => /\.(js|wasm|css)$/.test(f)).reduce((a, f) => a + statSync(join(DIST, f)).size, 0);
+  const packed = gzipSync(readFileSync(join(ROOT, 'examples', 'cs336-fullstep.pickle'))).length;
+  const size = statSync(file).size;
+  assert.ok(size < (bundle + packed) * 1.4 && size > (bundle + packed) * 1.2, `offline file ${size} bytes, bundle ${bundle}, snapshot gzipped ${packed}`);
+
+  const off = await openOffline(file, 'cs336-fullstep.pickle');
+  await checkFigures(off.page, 'pt25-cs336-fullstep-annotations.pickle');
+  // Views work: zoom changes the window.
+  const h = await off.page.evaluate(() => location.hash);
+  await off.page.locator('#timeline').hover();
+  await off.page.keyboard.press('w');
+  await off.page.waitForFunction(h => location.hash !== h, h);
+  // The offline page opens other files too.
+  await off.page.setInputFiles('#file-input', join(CORPUS, 'pt24-linear-tiny.pkl'));
+  await off.page.waitForFunction(() => document.querySelector('#stats .file-line')?.textContent.startsWith('pt24-linear-tiny.pkl '), null, { timeout: 60000 });
+  await checkFigures(off.page, 'pt24-linear-tiny.pkl');
+  // And saves another offline page from itself.
+  const [again] = await Promise.all([off.page.waitForEvent('download', { timeout: 60000 }), off.page.locator('#save-html').click()]);
+  assert.equal(again.suggestedFilename(), 'pt24-linear-tiny.pkl.html');
+  mkdirSync(join(ROOT, 'e2e', 'screenshots'), { recursive: true });
+  await off.page.screenshot({ path: join(ROOT, 'e2e', 'screenshots', '20-offline.png') });
+  assert.deepEqual(off.attempts, [], 'no request was attempted');
+  assert.deepEqual(off.errors, []);
+  const again2 = join(tmpdir(), 'memscape-offline-again.html');
+  copyFileSync(await again.path(), again2);
+  await off.ctx.close();
+  const off2 = await openOffline(again2, 'pt24-linear-tiny.pkl');
+  await checkFigures(off2.page, 'pt24-linear-tiny.pkl');
+  assert.deepEqual(off2.attempts, []);
+  await off2.ctx.close();
+});
+
+test('memscape html makes the same file natively, from a pickle and from _memory_viz.py\'s HTML page', async () => {
+  for (const [input, shown, corpusName] of [
+    [join(CORPUS, 'pt25-cs336-fullstep-annotations.pickle'), 'pt25-cs336-fullstep-annotations.pickle', 'pt25-cs336-fullstep-annotations.pickle'],
+    [join(CORPUS, 'pt25-cs336-bf16-forward.html'), 'pt25-cs336-bf16-forward', 'pt25-cs336-bf16-forward.html'],
+  ]) {
+    const out = join(tmpdir(), `memscape-offline-cli-${shown}.html`);
+    execFileSync(MEMSCAPE, ['html', input, '-o', out]);
+    const html = readFileSync(out, 'utf8');
+    assert.match(html, /connect-src 'none'/);
+    assert.doesNotMatch(html, /https?:\/\//, 'no URL to any host in the file');
+    const off = await openOffline(out, shown);
+    await checkFigures(off.page, corpusName);
+    assert.deepEqual(off.attempts, [], 'no request was attempted');
+    assert.deepEqual(off.errors, []);
+    await off.ctx.close();
+  }
+});
