@@ -70,6 +70,9 @@ enum Command {
         /// Also write the snapshot every this many seconds.
         #[arg(long)]
         every: Option<f64>,
+        /// Also write the offline HTML page (`OUT.html`) once the program ends.
+        #[arg(long)]
+        html: bool,
         /// The program and its arguments.
         #[arg(last = true, required = true)]
         command: Vec<String>,
@@ -98,8 +101,8 @@ fn parse_size(s: &str) -> Result<u64, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Command::Capture { out, max_entries, every, command } = &cli.command {
-        return match capture(out, *max_entries, *every, command) {
+    if let Command::Capture { out, max_entries, every, html, command } = &cli.command {
+        return match capture(out, *max_entries, *every, *html, command) {
             Ok(code) => code,
             Err(e) => {
                 eprintln!("memscape: {e:#}");
@@ -120,6 +123,33 @@ fn main() -> ExitCode {
 }
 
 include!(concat!(env!("OUT_DIR"), "/app_assets.rs"));
+
+/// The viewer embedded at build time, or why there is none.
+fn viewer() -> anyhow::Result<offline::Assets> {
+    app_assets().context(
+        "this memscape was built without the viewer: run `scripts/site` (or `trunk build --release`, then build memscape again)",
+    )
+}
+
+/// Writes the offline page of `file` (already read as `loaded`) to `output`.
+fn write_offline(
+    assets: &offline::Assets,
+    file: &Path,
+    loaded: &snapshot::Loaded,
+    output: &Path,
+) -> anyhow::Result<()> {
+    let bytes = match loaded.format {
+        // A page made by `_memory_viz.py`: embed the snapshot it holds, as a pickle.
+        snapshot::Format::Html(_) => snapshot::write::to_pickle_bytes(&loaded.snapshot),
+        _ => std::fs::read(file).with_context(|| format!("{}: cannot read", file.display()))?,
+    };
+    let name = file.file_name().map_or("snapshot".into(), |n| n.to_string_lossy().into_owned());
+    let name = name.strip_suffix(".html").unwrap_or(&name).to_string();
+    let html = offline::page(assets, &name, &bytes);
+    std::fs::write(output, &html).with_context(|| format!("{}: cannot write", output.display()))?;
+    println!("wrote {} ({} bytes): open it in a browser, no network needed", output.display(), html.len());
+    Ok(())
+}
 
 /// Reads a snapshot file in chunks through the incremental reader.
 fn load(path: &Path) -> anyhow::Result<snapshot::Loaded> {
@@ -174,21 +204,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Html { file, output } => {
-            let Some(assets) = app_assets() else {
-                bail!("this memscape was built without the viewer: run `trunk build --release` at the repository's root, then build memscape again");
-            };
+            let assets = viewer()?;
             let loaded = load(&file)?;
-            let bytes = match loaded.format {
-                // A page made by `_memory_viz.py`: embed the snapshot it holds, as a pickle.
-                snapshot::Format::Html(_) => snapshot::write::to_pickle_bytes(&loaded.snapshot),
-                _ => std::fs::read(&file).with_context(|| format!("{}: cannot read", file.display()))?,
-            };
-            let name = file.file_name().map_or("snapshot".into(), |n| n.to_string_lossy().into_owned());
-            let name = name.strip_suffix(".html").unwrap_or(&name).to_string();
-            let html = offline::page(&assets, &name, &bytes);
-            std::fs::write(&output, &html).with_context(|| format!("{}: cannot write", output.display()))?;
-            println!("wrote {} ({} bytes): open it in a browser, no network needed", output.display(), html.len());
-            Ok(())
+            write_offline(&assets, &file, &loaded, &output)
         }
         Command::Synth { size, entries, devices, layers, seed, oom, output } => {
             let mut opts = match (size, entries) {
@@ -254,10 +272,17 @@ fn call_site(snap: &snapshot::Snapshot, stack: Option<snapshot::StackId>) -> Str
     site.map_or_else(|| "<no stack>".into(), |f| format!("{} ({}:{})", snap.str(f.name), snap.str(f.filename), f.line))
 }
 
-fn capture(out: &Path, max_entries: usize, every: Option<f64>, command: &[String]) -> anyhow::Result<ExitCode> {
+fn capture(
+    out: &Path,
+    max_entries: usize,
+    every: Option<f64>,
+    html: bool,
+    command: &[String],
+) -> anyhow::Result<ExitCode> {
     if !capture::driver_present() {
         bail!("capture needs an NVIDIA GPU: the CUDA driver (libcuda.so.1) cannot be loaded on this machine");
     }
+    let assets = if html { Some(viewer()?) } else { None };
     let lib = injection_library()?;
     let (prog, args) = command.split_first().context("no command given after --")?;
     let abs_out = std::path::absolute(out)?;
@@ -274,6 +299,11 @@ fn capture(out: &Path, max_entries: usize, every: Option<f64>, command: &[String
         bail!("{prog} wrote no snapshot to {} (did it use CUDA?)", abs_out.display());
     }
     let loaded = load(&abs_out)?;
+    if let Some(assets) = &assets {
+        let mut page = abs_out.clone().into_os_string();
+        page.push(".html");
+        write_offline(assets, &abs_out, &loaded, Path::new(&page))?;
+    }
     let snap = &loaded.snapshot;
     let s = snapshot::stats::summary(snap);
     let mut o = std::io::stdout().lock();
