@@ -42,3 +42,9 @@ export async function browser() {
       '--disable-background-networking', '--disable-component-update', '--disable-sync'],
   });
 }
+
+/** The statistics panel as `{key: number}` (each row carries `data-key` and `data-value`). */
+export function statsOf(page) {
+  return page.evaluate(() => Object.fromEntries([...document.querySelectorAll('#stats-table tr')]
+    .map(tr => [tr.dataset.key, Number(tr.dataset.value)])));
+}

@@ -167,14 +167,20 @@ impl Conn {
              the command-line `memscape stats {}` reads snapshots of any size.",
             self.name, self.name
         );
-        self.dead.replace(Some(msg.clone()));
-        self.worker.terminate();
-        for (_, tx) in self.pending.borrow_mut().drain() {
-            let _ = tx.send(Response::Error(msg.clone()));
-        }
-        if let Some((id, h)) = self.load.take() {
+        if let Some((id, h)) = self.stop(&msg) {
             h(id, LoadEvent::Failed(msg));
         }
+    }
+
+    /// Ends the worker for good: requests waiting on it get `why` as their error; returns the
+    /// handler of a load still running, for the caller to tell how it ended.
+    fn stop(&self, why: &str) -> Option<(u32, LoadHandler)> {
+        self.dead.replace(Some(why.to_string()));
+        self.worker.terminate();
+        for (_, tx) in self.pending.borrow_mut().drain() {
+            let _ = tx.send(Response::Error(why.to_string()));
+        }
+        self.load.take()
     }
 }
 
@@ -257,12 +263,8 @@ impl Client {
     /// Stops a load at once: its worker is terminated.
     pub fn cancel(&self, id: u32) {
         let conn = self.0.loading.borrow().get(&id).cloned();
-        if let Some(conn) = conn {
-            conn.worker.terminate();
-            conn.dead.replace(Some("cancelled".into()));
-            if let Some((id, h)) = conn.load.take() {
-                h(id, LoadEvent::Cancelled);
-            }
+        if let Some((id, h)) = conn.and_then(|c| c.stop("cancelled")) {
+            h(id, LoadEvent::Cancelled);
         }
     }
 }

@@ -7,7 +7,7 @@ import { readFileSync, existsSync, rmSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
 import { gzipSync } from 'node:zlib';
 import { join } from 'node:path';
-import { serve, browser, CORPUS } from '../harness.js';
+import { serve, browser, statsOf, CORPUS } from '../harness.js';
 
 const EXAMPLE = 'cs336-fullstep.pickle';
 const PWNED = '/tmp/memscape-e2e-pwned';
@@ -157,8 +157,7 @@ test('every hostile input gives a message naming the file or opens, and the page
 test('a snapshot with unknown keys and actions shows what it could read and warns', async () => {
   await page.locator('.tab-name', { hasText: 'future.pickle' }).click();
   await page.waitForFunction(() => document.querySelector('#stats .file-line')?.textContent.startsWith('future.pickle '));
-  const stats = await page.evaluate(() => Object.fromEntries([...document.querySelectorAll('#stats-table tr')]
-    .map(tr => [tr.dataset.key, Number(tr.dataset.value)])));
+  const stats = await statsOf(page);
   assert.equal(stats.segments, 1);
   assert.equal(stats.total_reserved, 2 << 20);
   assert.equal(stats.total_allocated, 1 << 20);

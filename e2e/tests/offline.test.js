@@ -8,7 +8,7 @@ import { gzipSync } from 'node:zlib';
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
-import { serve, browser, CORPUS, ROOT, DIST } from '../harness.js';
+import { serve, browser, statsOf, CORPUS, ROOT, DIST } from '../harness.js';
 
 const MEMSCAPE = join(ROOT, 'target', 'debug', 'memscape');
 let srv;
@@ -20,8 +20,6 @@ function expected(name) {
   return JSON.parse(readFileSync(join(CORPUS, 'expected', `${name}.json`), 'utf8'));
 }
 
-const stats = page => page.evaluate(() => Object.fromEntries([...document.querySelectorAll('#stats-table tr')]
-  .map(tr => [tr.dataset.key, Number(tr.dataset.value)])));
 
 /** Opens `file` from disk with the network cut off; returns the page and what it tried to fetch. */
 async function openOffline(file, shownName) {
@@ -46,7 +44,7 @@ async function openOffline(file, shownName) {
 
 async function checkFigures(page, corpusName, device = 0) {
   const exp = expected(corpusName);
-  const got = await stats(page);
+  const got = await statsOf(page);
   for (const k of ['segments', 'total_reserved', 'total_allocated', 'free_internal', 'free_external']) assert.equal(got[k], exp.segsum[k], k);
   const viz = exp.memoryviz.devices?.[String(device)];
   if (viz) {

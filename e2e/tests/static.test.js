@@ -4,7 +4,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { serve, browser, CORPUS, DIST } from '../harness.js';
+import { serve, browser, statsOf, CORPUS, DIST } from '../harness.js';
 
 test('dist/ served under a sub-path opens the example with PyTorch\'s figures', async () => {
   const prefix = '/team/tools/memscape/';
@@ -21,8 +21,7 @@ test('dist/ served under a sub-path opens the example with PyTorch\'s figures', 
     await page.goto(srv.url);
     await page.waitForFunction(() => document.querySelector('#stats .file-line')?.textContent.startsWith('cs336-fullstep.pickle '), null, { timeout: 60000 });
     const exp = JSON.parse(readFileSync(join(CORPUS, 'expected', 'pt25-cs336-fullstep-annotations.pickle.json'), 'utf8'));
-    const stats = await page.evaluate(() => Object.fromEntries([...document.querySelectorAll('#stats-table tr')]
-      .map(tr => [tr.dataset.key, Number(tr.dataset.value)])));
+    const stats = await statsOf(page);
     assert.equal(stats.total_reserved, exp.segsum.total_reserved);
     assert.equal(stats['timeline.peak_bytes'], exp.memoryviz.devices['0'].active_memory_timeline.max_at_time_peak);
     const http = requests.filter(u => u.startsWith('http'));

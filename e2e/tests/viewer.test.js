@@ -7,7 +7,7 @@ import { readFileSync, readdirSync, writeFileSync, mkdirSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
-import { serve, browser, CORPUS, ROOT } from '../harness.js';
+import { serve, browser, statsOf, CORPUS, ROOT } from '../harness.js';
 
 const SHOTS = join(ROOT, 'e2e', 'screenshots');
 const EXAMPLE = 'cs336-fullstep.pickle';
@@ -38,10 +38,7 @@ async function settle() {
   await page.evaluate(() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r))));
 }
 
-async function stats() {
-  return page.evaluate(() => Object.fromEntries([...document.querySelectorAll('#stats-table tr')]
-    .map(tr => [tr.dataset.key, Number(tr.dataset.value)])));
-}
+const stats = () => statsOf(page);
 
 async function hash() {
   return page.evaluate(() => Object.fromEntries(location.hash.slice(1).split('&').filter(Boolean)

@@ -52,21 +52,6 @@ pub fn asset_names(index_html: &str) -> Result<AssetNames, String> {
     })
 }
 
-impl Assets {
-    /// Reads the assets of a built `dist/` through `read` (a file name to its bytes).
-    pub fn load(mut read: impl FnMut(&str) -> Result<Vec<u8>, String>) -> Result<Assets, String> {
-        let index = String::from_utf8(read("index.html")?).map_err(|_| "index.html is not UTF-8")?;
-        let n = asset_names(&index)?;
-        Ok(Assets {
-            css: String::from_utf8(read(&n.css)?).map_err(|_| "the stylesheet is not UTF-8")?,
-            app_js: read(&n.app_js)?,
-            app_wasm: read(&n.app_wasm)?,
-            worker_js: read(&n.worker_js)?,
-            worker_wasm: read(&n.worker_wasm)?,
-        })
-    }
-}
-
 /// The offline page's policy: no connection of any kind; scripts only inline or from `blob:`.
 pub const CSP: &str = "default-src 'none'; script-src 'unsafe-inline' 'wasm-unsafe-eval' blob:; worker-src blob:; \
 style-src 'unsafe-inline'; img-src data: blob:; connect-src 'none'; form-action 'none'; base-uri 'none'";

@@ -334,13 +334,23 @@ impl Vm {
     }
 
     #[cold]
-    fn over_limits(&mut self, offset: u64) -> ReadError {
+    fn over_limits(&self, offset: u64) -> ReadError {
         if self.stack.len() >= MAX_STACK {
             let what =
                 format!("more than {MAX_STACK} values on the pickle stack at once (Python's pickler batches by 1000)");
             return err(ErrorKind::TooLarge, what).at(offset);
         }
-        self.charge(0, offset).err().unwrap_or_else(|| err(ErrorKind::TooLarge, "over the reader's limits").at(offset))
+        self.memory_error(offset)
+    }
+
+    #[cold]
+    fn memory_error(&self, offset: u64) -> ReadError {
+        let what = format!(
+            "the snapshot needs more than {} MiB of memory to read (limit {} MiB)",
+            self.mem >> 20,
+            self.limits.max_memory_bytes >> 20
+        );
+        err(ErrorKind::TooLarge, what).at(offset)
     }
 
     /// Refuses to grow container `id` past [`MAX_ITEMS`].
@@ -355,15 +365,7 @@ impl Vm {
     fn charge(&mut self, bytes: u64, offset: u64) -> Result<(), ReadError> {
         self.mem += bytes;
         if self.mem > self.limits.max_memory_bytes {
-            return Err(err(
-                ErrorKind::TooLarge,
-                format!(
-                    "the snapshot needs more than {} MiB of memory to read (limit {} MiB)",
-                    self.mem >> 20,
-                    self.limits.max_memory_bytes >> 20
-                ),
-            )
-            .at(offset));
+            return Err(self.memory_error(offset));
         }
         Ok(())
     }
