@@ -5,6 +5,7 @@
 
 mod client;
 mod draw;
+mod insight;
 mod save;
 
 use std::cell::RefCell;
@@ -352,6 +353,7 @@ fn App() -> impl IntoView {
         view_sent: StoredValue::new(0.0),
         first_draw: StoredValue::new(None),
     };
+    let i = insight::I::new(s);
     if let Some(f) = s.restore.get_untracked().and_then(|h| h.into_iter().find(|(k, _)| k == "file").map(|(_, v)| v)) {
         if f != EXAMPLE {
             s.notice.set(Some(format!("Open {f} again to restore the view saved in this link.")));
@@ -663,7 +665,7 @@ fn App() -> impl IntoView {
                 when=move || s.active.get().is_some()
                 fallback=|| view! { <div class="empty">"Drop PyTorch memory snapshots anywhere on this page, or use Open files…"</div> }
             >
-                <Main s=s/>
+                <Main s=s i=i/>
             </Show>
             <Show when=move || s.help.get()>
                 <div id="help" on:click=move |_| s.help.set(false)>
@@ -688,7 +690,7 @@ fn App() -> impl IntoView {
 }
 
 #[component]
-fn Main(s: S) -> impl IntoView {
+fn Main(s: S, i: insight::I) -> impl IntoView {
     let drag = StoredValue::new(None::<(f64, f64, f64, bool)>);
     let brush = StoredValue::new(None::<(f64, bool)>);
     let step_at = move |x: f64| -> Option<f64> {
@@ -903,7 +905,16 @@ fn Main(s: S) -> impl IntoView {
         });
     };
 
+    let shown = move |m: insight::Mode| move || if i.mode.get() == m { "" } else { "none" };
     view! {
+        <insight::Modes s=s i=i/>
+        <Show when=move || i.mode.get() == insight::Mode::Categories>
+            <insight::CategoryView s=s i=i/>
+        </Show>
+        <Show when=move || i.mode.get() == insight::Mode::Compare>
+            <insight::CompareView s=s i=i/>
+        </Show>
+        <div id="timeline-view" style:display=shown(insight::Mode::Timeline)>
         <div class="toolbar">
             <label>"Device "
                 <select id="device" on:change=move |e| {
@@ -993,6 +1004,7 @@ fn Main(s: S) -> impl IntoView {
             <EventList s=s/>
             <StatePanel s=s/>
         </div>
+        </div>
     }
 }
 
@@ -1034,7 +1046,8 @@ fn DetailsPanel(s: S) -> impl IntoView {
                             {row("origin", d.origin.clone())}
                             {d.compile_context.clone().map(|c| row("compile context", c))}
                             {d.user_metadata.clone().map(|c| row("user metadata", c))}
-                            {d.category.clone().map(|c| row("category", c))}
+                            {d.category.clone().map(|c| row("category field", c))}
+                            {d.class.clone().map(|(c, why)| row("category", format!("{}: {why}", c.label())))}
                         </table>
                         <div class="stack-tools">
                             <label><input id="all-frames" type="checkbox" prop:checked=move || s.all_frames.get()

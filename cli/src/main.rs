@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context as _};
+use snapshot::timeline::{Timeline, TimelineKind};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -25,6 +26,32 @@ enum Command {
         /// Print one JSON object instead of text.
         #[arg(long)]
         json: bool,
+        /// Category rules (the JSON the viewer exports), tried before the built-in ones.
+        #[arg(long)]
+        rules: Option<PathBuf>,
+    },
+    /// Compare two runs: peaks, categories at each peak, call sites alive at the peak,
+    /// allocations made in one and not the other, segments only in one.
+    Diff {
+        /// The first run (A).
+        a: PathBuf,
+        /// The second run (B).
+        b: PathBuf,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+        /// How the two totals are put on one axis: iteration, annotation, event or time.
+        #[arg(long, default_value = "iteration", value_parser = parse_align)]
+        align: snapshot::diff::Align,
+        /// Key call sites by the whole stack instead of the first frame of your own code.
+        #[arg(long)]
+        whole_stack: bool,
+        /// Device (default: the one with the most events, in each file).
+        #[arg(long)]
+        device: Option<usize>,
+        /// Category rules, as for `stats`.
+        #[arg(long)]
+        rules: Option<PathBuf>,
     },
     /// Write one self-contained HTML file with the viewer and this snapshot: it opens from
     /// disk, offline, with no network at all (the replacement for `_memory_viz.py trace_plot`).
@@ -55,6 +82,12 @@ enum Command {
         /// End with an out-of-memory event.
         #[arg(long)]
         oom: bool,
+        /// Plant a leak: keep a tensor of this size every iteration (e.g. 8M).
+        #[arg(long, value_parser = parse_size)]
+        leak: Option<u64>,
+        /// Plant an extra activation of this size in every iteration (e.g. 24M).
+        #[arg(long, value_parser = parse_size)]
+        extra_activation: Option<u64>,
         /// Output file (`.gz` is gzip-compressed).
         #[arg(short, long)]
         output: PathBuf,
@@ -97,6 +130,10 @@ fn parse_size(s: &str) -> Result<u64, String> {
     };
     let n: f64 = num.trim().parse().map_err(|_| format!("not a size: {s:?}"))?;
     Ok((n * mult as f64) as u64)
+}
+
+fn parse_align(s: &str) -> Result<snapshot::diff::Align, String> {
+    snapshot::diff::Align::parse(s).ok_or_else(|| format!("unknown alignment {s:?} (iteration, annotation, event or time)"))
 }
 
 fn main() -> ExitCode {
@@ -188,18 +225,63 @@ fn limits() -> snapshot::Limits {
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Stats { file, json } => {
+        Command::Stats { file, json, rules } => {
+            let rules = read_rules(rules.as_deref())?;
             let loaded = load(&file)?;
             for w in &loaded.warnings {
                 eprintln!("memscape: {}: warning: {w}", file.display());
             }
-            let s = snapshot::stats::summary(&loaded.snapshot);
+            let snap = &loaded.snapshot;
+            let summary = snapshot::stats::summary(snap);
+            let mut categories = Vec::new();
+            for d in snap.devices() {
+                if snap.trace(d).is_empty() && !snap.segments.iter().any(|s| s.device == d as i64) {
+                    continue;
+                }
+                let tl = Timeline::build(snap, d, TimelineKind::Blocks);
+                let cats = snapshot::categories::analyze(snap, &tl, &rules);
+                categories.push(cats.report(&tl, rules.rules()));
+            }
             let mut out = std::io::stdout().lock();
             if json {
-                serde_json::to_writer(&mut out, &s)?;
+                #[derive(serde::Serialize)]
+                struct Stats<'a> {
+                    #[serde(flatten)]
+                    summary: &'a snapshot::stats::Summary,
+                    categories: &'a [snapshot::categories::Report],
+                }
+                serde_json::to_writer(&mut out, &Stats { summary: &summary, categories: &categories })?;
                 writeln!(out)?;
             } else {
-                print_stats(&mut out, &s)?;
+                print_stats(&mut out, &summary)?;
+                for r in &categories {
+                    print_categories(&mut out, r)?;
+                }
+            }
+            Ok(())
+        }
+        Command::Diff { a, b, json, align, whole_stack, device, rules } => {
+            let rules = read_rules(rules.as_deref())?;
+            let profile = |path: &Path| -> anyhow::Result<snapshot::diff::Profile> {
+                let loaded = load(path)?;
+                let snap = &loaded.snapshot;
+                let d = match device {
+                    Some(d) => d,
+                    None => snap.default_device().unwrap_or(0),
+                };
+                let tl = Timeline::build(snap, d, TimelineKind::Blocks);
+                let cats = snapshot::categories::analyze(snap, &tl, &rules);
+                Ok(snapshot::diff::profile(snap, &tl, &cats))
+            };
+            let (pa, pb) = (profile(&a)?, profile(&b)?);
+            let by = if whole_stack { snapshot::diff::SiteMode::Stack } else { snapshot::diff::SiteMode::Frame };
+            let d = snapshot::diff::diff(&pa, &pb, align, by);
+            let mut out = std::io::stdout().lock();
+            if json {
+                serde_json::to_writer(&mut out, &d)?;
+                writeln!(out)?;
+            } else {
+                print_diff(&mut out, &d, &a, &b)?;
             }
             Ok(())
         }
@@ -208,7 +290,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let loaded = load(&file)?;
             write_offline(&assets, &file, &loaded, &output)
         }
-        Command::Synth { size, entries, devices, layers, seed, oom, output } => {
+        Command::Synth { size, entries, devices, layers, seed, oom, leak, extra_activation, output } => {
             let mut opts = match (size, entries) {
                 (Some(b), _) => snapshot::synth::Options::for_bytes(b),
                 (None, Some(n)) => snapshot::synth::Options { target_entries: n, ..Default::default() },
@@ -218,6 +300,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             opts.layers = layers;
             opts.seed = seed;
             opts.oom = oom;
+            opts.leak_bytes = leak.unwrap_or(0);
+            opts.extra_activation_bytes = extra_activation.unwrap_or(0);
             let snap = snapshot::synth::generate(&opts);
             let f = File::create(&output).with_context(|| format!("{}: cannot create", output.display()))?;
             let gz = output.extension().is_some_and(|e| e == "gz");
@@ -331,6 +415,83 @@ fn capture(
         writeln!(o, "  {:>10}  {site}", fs((*bytes).into()))?;
     }
     Ok(ExitCode::from(status.code().unwrap_or(1).clamp(0, 255) as u8))
+}
+
+/// Reads a rules file (or none).
+fn read_rules(path: Option<&Path>) -> anyhow::Result<snapshot::categories::Compiled> {
+    let Some(path) = path else { return Ok(Default::default()) };
+    let text = std::fs::read_to_string(path).with_context(|| format!("{}: cannot read", path.display()))?;
+    snapshot::categories::Rules::from_json(&text)
+        .and_then(|r| r.compile())
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}
+
+fn print_categories(out: &mut impl std::io::Write, r: &snapshot::categories::Report) -> std::io::Result<()> {
+    use snapshot::stats::format_size as fs;
+    writeln!(out, "device {}: at the peak ({} at step {}), by category:", r.device, fs(r.peak_bytes.into()), r.peak_step)?;
+    for c in r.at_peak.iter().filter(|c| c.bytes > 0) {
+        writeln!(out, "  {:>12}  {}", fs(c.bytes.into()), c.category.label())?;
+    }
+    let b = &r.budget;
+    writeln!(
+        out,
+        "  budget: parameters {} + optimizer state {} + max(gradients + intermediates {}, activations {}) = {} (measured peak {})",
+        fs(b.parameters.into()),
+        fs(b.optimizer_state.into()),
+        fs(b.gradients_and_intermediates.into()),
+        fs(b.activations.into()),
+        fs(b.total.into()),
+        fs(b.peak.into())
+    )?;
+    let complete = r.iterations.iter().filter(|i| i.complete).count();
+    writeln!(out, "  iterations: {} ({complete} complete; found by {:?})", r.iterations.len(), r.iteration_source)?;
+    for (k, it) in r.iterations.iter().enumerate().take(20) {
+        writeln!(
+            out,
+            "    #{k}: steps {}..{}, peak {}{}",
+            it.start,
+            it.end,
+            fs(it.peak_bytes.into()),
+            if it.complete { "" } else { " (cut)" }
+        )?;
+    }
+    for l in &r.leaks {
+        writeln!(out, "  leak suspect: {} grows {} per iteration ({} allocations alive)", l.site, fs(l.bytes_per_iteration.into()), l.count)?;
+        for line in l.stack.iter().take(6) {
+            writeln!(out, "      {line}")?;
+        }
+    }
+    Ok(())
+}
+
+fn print_diff(out: &mut impl std::io::Write, d: &snapshot::diff::Diff, a: &Path, b: &Path) -> std::io::Result<()> {
+    use snapshot::stats::format_size as fs;
+    let delta = |x: u64, y: u64| fs(i128::from(y) - i128::from(x));
+    writeln!(out, "A: {}\nB: {}", a.display(), b.display())?;
+    writeln!(out, "peak: {} -> {} ({})", fs(d.peak.0.into()), fs(d.peak.1.into()), delta(d.peak.0, d.peak.1))?;
+    writeln!(out, "reserved: {} -> {} ({})", fs(d.reserved.0.into()), fs(d.reserved.1.into()), delta(d.reserved.0, d.reserved.1))?;
+    writeln!(out, "at each peak, by category:")?;
+    for (c, x, y) in d.categories.iter().filter(|c| c.1 + c.2 > 0) {
+        writeln!(out, "  {:>16}  {:>12} -> {:>12} ({})", c.label(), fs((*x).into()), fs((*y).into()), delta(*x, *y))?;
+    }
+    writeln!(out, "alive at the peak, by call site (largest change first):")?;
+    for s in d.sites.iter().take(15) {
+        writeln!(out, "  {:>12}  {} -> {}  {}", fs(s.delta()), fs(s.a.into()), fs(s.b.into()), s.site.replace('\n', " <- "))?;
+    }
+    writeln!(out, "allocations made a different number of times:")?;
+    for r in d.allocs.iter().take(15) {
+        writeln!(out, "  {} x {} -> {}  {}", fs(r.size.into()), r.count_a, r.count_b, r.site)?;
+    }
+    writeln!(out, "segments only in A: {}, only in B: {}", d.segments_only_a.len(), d.segments_only_b.len())?;
+    for (tag, list) in [("A", &d.segments_only_a), ("B", &d.segments_only_b)] {
+        for s in list.iter().take(10) {
+            writeln!(out, "  only {tag}: {:#x} {} ({})", s.address, fs(s.size.into()), s.site)?;
+        }
+    }
+    if let Some(n) = &d.align_note {
+        writeln!(out, "({n})")?;
+    }
+    Ok(())
 }
 
 fn print_stats(out: &mut impl std::io::Write, s: &snapshot::stats::Summary) -> std::io::Result<()> {

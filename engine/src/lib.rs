@@ -16,6 +16,7 @@ use std::collections::HashMap;
 use protocol::*;
 use snapshot::state::StateIndex;
 use snapshot::timeline::{LodQuery, Origin, Timeline};
+use snapshot::categories::{Categories, Compiled};
 use snapshot::{frames, search, stats, Action, Limits, Loader, Snapshot};
 
 /// A file being read, chunk by chunk.
@@ -68,6 +69,9 @@ struct Doc {
     snap: Snapshot,
     lanes: HashMap<(u32, Kind), Lane>,
     states: HashMap<u32, StateIndex>,
+    rules: Compiled,
+    /// Categories per device, made with `rules`.
+    cats: HashMap<u32, Categories>,
 }
 
 /// The open files.
@@ -128,7 +132,14 @@ impl Engine {
             model_bytes: snap.heap_bytes() as u64,
             heap_bytes: 0,
         };
-        let mut d = Doc { info, snap, lanes: HashMap::new(), states: HashMap::new() };
+        let mut d = Doc {
+            info,
+            snap,
+            lanes: HashMap::new(),
+            states: HashMap::new(),
+            rules: Compiled::default(),
+            cats: HashMap::new(),
+        };
         if let Some(dev) = d.info.default_device {
             d.lane(dev, Kind::Blocks);
         }
@@ -171,9 +182,32 @@ impl Engine {
                 Response::Done
             }
             Request::Close { .. } => Response::Done,
+            Request::Rules { rules, .. } => match rules.compile() {
+                Ok(c) => {
+                    if doc.rules.rules() != &rules {
+                        doc.rules = c;
+                        doc.cats.clear();
+                    }
+                    Response::Done
+                }
+                Err(e) => Response::Error(e),
+            },
+            Request::Categories { device, start, end, columns, at, .. } => {
+                Response::Categories(Box::new(doc.categories_vm(device, start, end, columns, at)))
+            }
+            Request::Profile { device, .. } => Response::Profile(Box::new(doc.profile(device))),
+            Request::Diff { device, a, align, sites_by, .. } => {
+                let b = doc.profile(device);
+                Response::Diff(Box::new(snapshot::diff::diff(&a, &b, align, sites_by)))
+            }
         }
     }
 }
+
+/// Colours of the categories, in `Category::ALL` order: parameters and optimizer state in
+/// cool blues (they sit at the bottom and rarely change), gradients green, inputs and
+/// activations warm, the short-lived ones light, unknown grey.
+pub const CATEGORY_COLOURS: [u32; 8] = [0x3b6ea5, 0x6a51a3, 0x2e9a5b, 0xb07d2b, 0xe0663a, 0xd99ac0, 0xf2c14e, 0xa4aab1];
 
 /// Elements as thin as `1 / SUBPIXEL` of a pixel row are still drawn on their own.
 pub const SUBPIXEL: u64 = 4;
@@ -206,6 +240,39 @@ pub fn colour(seed: u32) -> u32 {
 }
 
 impl Doc {
+    fn categories(&mut self, device: u32) -> &Categories {
+        self.lane(device, Kind::Blocks);
+        let (snap, lanes, rules) = (&self.snap, &self.lanes, &self.rules);
+        self.cats
+            .entry(device)
+            .or_insert_with(|| snapshot::categories::analyze(snap, &lanes[&(device, Kind::Blocks)].timeline, rules))
+    }
+
+    fn categories_vm(&mut self, device: u32, start: f64, end: f64, columns: u32, at: Option<u32>) -> CategoriesVm {
+        self.categories(device);
+        let tl = &self.lanes[&(device, Kind::Blocks)].timeline;
+        let cats = &self.cats[&device];
+        let n = f64::from(tl.n_steps());
+        let (start, end) = if end > start { (start, end) } else { (0.0, n) };
+        let at = at.filter(|&s| s < tl.n_steps());
+        CategoriesVm {
+            n_steps: tl.n_steps(),
+            start,
+            end,
+            columns: cats.columns(tl, start, end, columns),
+            colours: CATEGORY_COLOURS,
+            report: cats.report(tl, self.rules.rules()),
+            selected: at.map(|s| (s, cats.bytes_at(tl, s))),
+            selected_total: at.map(|s| tl.totals()[s as usize]),
+        }
+    }
+
+    fn profile(&mut self, device: u32) -> Profile {
+        self.categories(device);
+        let tl = &self.lanes[&(device, Kind::Blocks)].timeline;
+        snapshot::diff::profile(&self.snap, tl, &self.cats[&device])
+    }
+
     fn lane(&mut self, device: u32, kind: Kind) -> &mut Lane {
         let snap = &self.snap;
         self.lanes.entry((device, kind)).or_insert_with(|| {
@@ -303,6 +370,8 @@ impl Doc {
     }
 
     fn details(&mut self, device: u32, kind: Kind, element: u32) -> Option<Details> {
+        let class = (kind == Kind::Blocks).then(|| self.categories(device).class(element));
+        let class = class.map(|c| (c.category, c.why.describe(self.rules.rules())));
         self.lane(device, kind);
         let lane = &self.lanes[&(device, kind)];
         let snap = &self.snap;
@@ -347,6 +416,7 @@ impl Doc {
             compile_context: entry.and_then(|i| text(trace.compile_context(i))),
             user_metadata: entry.and_then(|i| text(trace.user_metadata(i))).filter(|s| !s.is_empty()),
             category: entry.and_then(|i| text(trace.category(i))),
+            class,
             origin,
             frames: stack.map(|s| frames::stack_lines(snap, s, true)).unwrap_or_default(),
             all_frames: stack.map(|s| frames::stack_lines(snap, s, false)).unwrap_or_default(),

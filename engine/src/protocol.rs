@@ -5,6 +5,8 @@ use serde::{Deserialize, Serialize};
 pub use snapshot::search::Query;
 pub use snapshot::stats::Summary;
 pub use snapshot::timeline::TimelineKind as Kind;
+pub use snapshot::categories::{Category, Report, Rule, Rules, Target};
+pub use snapshot::diff::{Align, Diff, Profile, SiteMode};
 
 /// An open file.
 pub type DocId = u32;
@@ -28,6 +30,15 @@ pub enum Request {
     ClearSearch { doc: DocId },
     /// Forgets a file.
     Close { doc: DocId },
+    /// The user's category rules for this file (later answers use them).
+    Rules { doc: DocId, rules: Rules },
+    /// Bytes by category over a window, the breakdown at the peak and at `at`, the budget,
+    /// iterations and leak suspects.
+    Categories { doc: DocId, device: u32, start: f64, end: f64, columns: u32, at: Option<u32> },
+    /// The file reduced for a diff.
+    Profile { doc: DocId, device: u32 },
+    /// This file (B) against another's profile (A).
+    Diff { doc: DocId, device: u32, a: Box<Profile>, align: Align, sites_by: SiteMode },
 }
 
 impl Request {
@@ -41,7 +52,11 @@ impl Request {
             | Request::State { doc, .. }
             | Request::Search { doc, .. }
             | Request::ClearSearch { doc }
-            | Request::Close { doc } => *doc,
+            | Request::Close { doc }
+            | Request::Rules { doc, .. }
+            | Request::Categories { doc, .. }
+            | Request::Profile { doc, .. }
+            | Request::Diff { doc, .. } => *doc,
         }
     }
 }
@@ -55,6 +70,9 @@ pub enum Response {
     Events(EventPage),
     State(StateView),
     Search(SearchResult),
+    Categories(Box<CategoriesVm>),
+    Profile(Box<Profile>),
+    Diff(Box<Diff>),
     Done,
     Error(String),
 }
@@ -238,6 +256,8 @@ pub struct Details {
     pub compile_context: Option<String>,
     pub user_metadata: Option<String>,
     pub category: Option<String>,
+    /// Blocks: what it is for and the rule that decided it.
+    pub class: Option<(Category, String)>,
     /// `Allocated in the trace`, `Freed in the trace, allocated before recording began`, ...
     pub origin: String,
     pub frames: Vec<String>,
@@ -305,4 +325,21 @@ pub struct SearchResult {
     pub count: u32,
     /// Matching elements with their lifetimes (steps), in element order.
     pub matches: Vec<(u32, u32, u32)>,
+}
+
+/// The category view of one device.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CategoriesVm {
+    pub n_steps: u32,
+    pub start: f64,
+    pub end: f64,
+    /// Per pixel column: the sampled step and bytes per category (in `Category::ALL` order).
+    pub columns: Vec<(u32, [u64; 8])>,
+    /// Colours of the categories (0xRRGGBB, `Category::ALL` order).
+    pub colours: [u32; 8],
+    pub report: Report,
+    /// The breakdown at the asked step.
+    pub selected: Option<(u32, [u64; 8])>,
+    /// Total bytes after the asked step.
+    pub selected_total: Option<u64>,
 }

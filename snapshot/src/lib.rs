@@ -6,7 +6,8 @@
 //!   gzip, JSON and `_memory_viz.py` HTML pages are recognised by content.
 //! - [`Snapshot`]: interned strings, a frame and a stack table, segments, and one columnar
 //!   [`Trace`] per device.
-//! - Analyses are plain functions over the model: [`timeline`], [`state`], [`stats`].
+//! - Analyses are plain functions over the model: [`timeline`], [`state`], [`stats`],
+//!   [`categories`] (what the memory is for) and [`diff`] (what changed between two runs).
 //! - [`write`] produces a pickle that PyTorch's tools load; [`synth`] generates realistic
 //!   snapshots of any size.
 //!
@@ -27,6 +28,10 @@ mod model;
 mod read;
 mod value;
 
+pub mod categories;
+/// Fields of the diff's plain structs are named for what they hold (`a`, `b`, `bytes`).
+#[allow(missing_docs)]
+pub mod diff;
 pub mod frames;
 pub mod search;
 pub mod state;

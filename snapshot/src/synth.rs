@@ -5,10 +5,18 @@
 //! cache release and retry before an OOM, frees pending on another stream) runs under a
 //! simulated training loop: parameters allocated before recording began, activations kept
 //! from forward to backward, gradients, AdamW state created at the first step, temporaries,
-//! and `record_function` annotations. Stacks come from a pool of Python and C++ frames.
+//! and `record_function` annotations. Stacks come from a pool of Python and C++ frames; frees
+//! carry the stack of where they happen (the module, autograd's thread, the optimizer).
+//!
+//! It can plant truths for the analyses to find ([`generate_with_truth`]): it knows the
+//! category of everything it allocates and reports the bytes of each at its peak; a leak (a
+//! tensor kept every iteration at a known call site); an extra activation at a known call
+//! site (alive from the forward pass to the end of the step), whose randomness is its own so
+//! that two runs with and without it differ by exactly that.
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::categories::{Category, N};
 use crate::intern::StrId;
 use crate::model::{Action, Annotation, Block, BlockState, Entry, FrameId, Segment, Snapshot, StackId, Trace};
 use crate::value::Value;
@@ -32,6 +40,28 @@ pub struct Options {
     pub capacity_bytes: u64,
     /// End with an allocation that does not fit (an `oom` entry).
     pub oom: bool,
+    /// Plant a leak: every iteration keeps a tensor of this many bytes (0: none) at
+    /// [`LEAK_SITE`].
+    pub leak_bytes: u64,
+    /// Plant an extra activation of this many bytes per iteration (0: none) at
+    /// [`EXTRA_SITE`], alive from the start of the forward pass to the end of the step.
+    pub extra_activation_bytes: u64,
+}
+
+/// The call site of the planted leak, as `filename:line:name`.
+pub const LEAK_SITE: &str = "train.py:318:train_step";
+/// The call site of the planted extra activation.
+pub const EXTRA_SITE: &str = "model.py:230:Head.forward";
+
+/// What the generator planted, for tests to compare the analyses with.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Truth {
+    /// Highest live bytes of device 0 (the sum of `at_peak`).
+    pub peak_bytes: u64,
+    /// Live bytes of each category at that peak, by the generator's own accounting.
+    pub at_peak: [u64; N],
+    /// Complete training iterations of device 0.
+    pub iterations: usize,
 }
 
 impl Default for Options {
@@ -45,6 +75,8 @@ impl Default for Options {
             tokens: 4096,
             capacity_bytes: 80 << 30,
             oom: false,
+            leak_bytes: 0,
+            extra_activation_bytes: 0,
         }
     }
 }
@@ -114,6 +146,15 @@ struct Allocator {
     trace: Trace,
     recording: bool,
     time_us: i64,
+    /// The stack frees are recorded with (where the program is).
+    context: Option<StackId>,
+    /// What is alive, by the generator's own knowledge: address to (bytes, category).
+    live: BTreeMap<u64, (u64, Category)>,
+    bytes: [u64; N],
+    peak: u64,
+    at_peak: [u64; N],
+    /// Entries written for planted allocations (not counted against the target).
+    planted: usize,
 }
 
 impl Allocator {
@@ -130,6 +171,12 @@ impl Allocator {
             trace: Trace::default(),
             recording: false,
             time_us: t0,
+            context: None,
+            live: BTreeMap::new(),
+            bytes: [0; N],
+            peak: 0,
+            at_peak: [0; N],
+            planted: 0,
         }
     }
 
@@ -164,7 +211,31 @@ impl Allocator {
         self.segments.range(..=addr).next_back().map(|(&a, _)| a)
     }
 
-    fn malloc(&mut self, requested: u64, stack: StackId, rng: &mut Rng) -> Option<u64> {
+    /// Entries that count against the target size.
+    fn entries(&self) -> usize {
+        self.trace.len() - self.planted
+    }
+
+    fn account(&mut self, addr: u64, alloc: Option<(u64, Category)>) {
+        match alloc {
+            Some((bytes, cat)) => {
+                self.live.insert(addr, (bytes, cat));
+                self.bytes[cat.index()] += bytes;
+            }
+            None => {
+                if let Some((bytes, cat)) = self.live.remove(&addr) {
+                    self.bytes[cat.index()] -= bytes;
+                }
+            }
+        }
+        let total: u64 = self.bytes.iter().sum();
+        if self.recording && total > self.peak {
+            self.peak = total;
+            self.at_peak = self.bytes;
+        }
+    }
+
+    fn malloc(&mut self, requested: u64, stack: StackId, cat: Category, rng: &mut Rng) -> Option<u64> {
         let size = Self::round(requested);
         let small = size <= SMALL_SIZE;
         let found = self.free_set(small).range((size, 0)..).next().copied();
@@ -215,6 +286,7 @@ impl Allocator {
             self.free_set(small).insert((remaining, addr + size));
         }
         self.record(Action::Alloc, Some(addr), requested, Some(stack), rng);
+        self.account(addr, Some((requested, cat)));
         Some(addr)
     }
 
@@ -222,7 +294,7 @@ impl Allocator {
     fn free(&mut self, addr: u64, side_stream: bool, rng: &mut Rng) {
         let Some(seg_addr) = self.seg_of(addr) else { return };
         let Some(b) = self.segments.get_mut(&seg_addr).and_then(|s| s.blocks.get_mut(&addr)) else { return };
-        let (req, stack) = (b.requested, b.stack);
+        let (req, stack) = (b.requested, self.context.or(b.stack));
         self.record(Action::FreeRequested, Some(addr), req, stack, rng);
         if side_stream {
             if let Some(b) = self.segments.get_mut(&seg_addr).and_then(|s| s.blocks.get_mut(&addr)) {
@@ -264,7 +336,8 @@ impl Allocator {
             self.free_set(small).remove(&m);
         }
         self.free_set(small).insert((size, start));
-        self.record(Action::FreeCompleted, Some(addr), b.requested, b.stack, rng);
+        self.record(Action::FreeCompleted, Some(addr), b.requested, self.context.or(b.stack), rng);
+        self.account(addr, None);
     }
 
     fn process_pending(&mut self, rng: &mut Rng) {
@@ -368,6 +441,16 @@ struct Sites {
     optim_temp: StackId,
     loss: StackId,
     input: StackId,
+    /// Autograd's own buffers in backward.
+    bwd_temp: StackId,
+    leak: StackId,
+    extra: StackId,
+    /// Where frees happen.
+    in_forward: StackId,
+    in_backward: StackId,
+    in_zero_grad: StackId,
+    in_step: StackId,
+    in_loop: StackId,
 }
 
 fn sites(snap: &mut Snapshot, layers: usize) -> Sites {
@@ -430,11 +513,54 @@ fn sites(snap: &mut Snapshot, layers: usize) -> Sites {
     let loss = p.stack(&[cpp[0], cpp[1], ce, step, train, main]);
     let to = p.frame("train.py", 290, "get_batch");
     let input = p.stack(&[cpp[0], cpp[1], to, step, train, main]);
-    Sites { empty, param, act, temp, grad, optim_state, optim_temp, loss, input }
+    // Autograd's worker thread: C++ frames only, as PyTorch records them.
+    let thread = [
+        p.frame("??", 0, "torch::autograd::Engine::evaluate_function(std::shared_ptr<torch::autograd::GraphTask>&, torch::autograd::Node*, torch::autograd::InputBuffer&, std::shared_ptr<torch::autograd::ReadyQueue> const&)"),
+        p.frame("??", 0, "torch::autograd::Engine::thread_main(std::shared_ptr<torch::autograd::GraphTask> const&)"),
+        p.frame("??", 0, "execute_native_thread_routine"),
+        p.frame("??", 0, "clone"),
+    ];
+    let mm = p.frame("??", 0, "at::native::mm_out_cuda(at::Tensor const&, at::Tensor const&, at::Tensor&)");
+    let bwd_temp = p.stack(&[cpp[0], cpp[1], mm, thread[0], thread[1], thread[2], thread[3]]);
+    let free = p.frame("??", 0, "torch::autograd::SavedVariable::reset_data()");
+    let in_backward = p.stack(&[free, thread[0], thread[1], thread[2], thread[3]]);
+    let keep = p.frame("train.py", 318, "train_step");
+    let leak = p.stack(&[cpp[0], cpp[1], keep, train, main]);
+    let head = p.frame("model.py", 230, "Head.forward");
+    let extra = p.stack(&[cpp[0], cpp[1], cpp[2], op_frames[0], head, call, wcall, model_fwd, call, wcall, step, train, main]);
+    let in_forward = p.stack(&[call, wcall, model_fwd, call, wcall, step, train, main]);
+    let zg = p.frame("/usr/lib/python3.11/site-packages/torch/optim/optimizer.py", 990, "zero_grad");
+    let in_zero_grad = p.stack(&[zg, step, train, main]);
+    let in_step = p.stack(&[adamw, opt_step, step, train, main]);
+    let in_loop = p.stack(&[step, train, main]);
+    Sites {
+        empty,
+        param,
+        act,
+        temp,
+        grad,
+        optim_state,
+        optim_temp,
+        loss,
+        input,
+        bwd_temp,
+        leak,
+        extra,
+        in_forward,
+        in_backward,
+        in_zero_grad,
+        in_step,
+        in_loop,
+    }
 }
 
 /// Generates a snapshot.
 pub fn generate(opts: &Options) -> Snapshot {
+    generate_with_truth(opts).0
+}
+
+/// Generates a snapshot and says what it planted.
+pub fn generate_with_truth(opts: &Options) -> (Snapshot, Truth) {
     let mut snap = Snapshot::default();
     let mut rng = Rng(opts.seed);
     let layers = opts.layers.max(1);
@@ -452,9 +578,13 @@ pub fn generate(opts: &Options) -> Snapshot {
     let mut traces = Vec::new();
     let mut annotations = Vec::new();
     let mut segments = Vec::new();
+    let mut truth = Truth::default();
     for d in 0..devices {
         let mut a = Allocator::new(d, opts.capacity_bytes, t0);
-        run_training(&mut a, opts, &sites, &names, per_device, &mut rng, &mut annotations);
+        let iterations = run_training(&mut a, opts, &sites, &names, per_device, &mut rng, &mut annotations);
+        if d == 0 {
+            truth = Truth { peak_bytes: a.peak, at_peak: a.at_peak, iterations };
+        }
         segments.extend(a.segments(sites.empty, seg_type));
         traces.push(a.trace);
     }
@@ -462,7 +592,7 @@ pub fn generate(opts: &Options) -> Snapshot {
     snap.device_traces = Some(traces);
     snap.external_annotations = Some(annotations);
     snap.allocator_settings = Some(allocator_settings());
-    snap
+    (snap, truth)
 }
 
 struct Names {
@@ -482,6 +612,7 @@ fn annotate(out: &mut Vec<Annotation>, names: &Names, start: bool, name: StrId, 
     });
 }
 
+/// Runs the simulated training loop on one device; returns the complete iterations.
 fn run_training(
     a: &mut Allocator,
     opts: &Options,
@@ -490,15 +621,24 @@ fn run_training(
     target: usize,
     rng: &mut Rng,
     annotations: &mut Vec<Annotation>,
-) {
+) -> usize {
     let layers = opts.layers.max(1);
     let h = opts.hidden.max(64);
     let act_bytes = opts.tokens.max(1) * h * 2;
+    // Planted allocations draw on their own randomness and do not count against the
+    // target, so that a run with them differs from one without only by them.
+    let mut planted_rng = Rng(opts.seed ^ 0x5eed_1ea4);
+    let mut planted = |a: &mut Allocator, f: &mut dyn FnMut(&mut Allocator, &mut Rng) -> Option<u64>| {
+        let before = a.trace.len();
+        let p = f(a, &mut planted_rng);
+        a.planted += a.trace.len() - before;
+        p
+    };
     // Parameters exist before recording starts, as in most real captures.
     let mut params = Vec::new();
     for l in 0..layers {
         for (rows, cols) in [(h, 3 * h), (h, h), (h, 4 * h), (4 * h, h), (1, h), (1, h)] {
-            if let Some(p) = a.malloc(rows * cols * 4, sites.param[l], rng) {
+            if let Some(p) = a.malloc(rows * cols * 4, sites.param[l], Category::Parameter, rng) {
                 params.push((p, rows * cols * 4, l));
             }
         }
@@ -507,21 +647,30 @@ fn run_training(
     let mut optim_state: Vec<u64> = Vec::new();
     let mut grads: Vec<u64> = Vec::new();
     let mut iteration = 0u64;
-    while a.trace.len() < target {
+    let mut complete = 0;
+    while a.entries() < target {
         iteration += 1;
         annotate(annotations, names, true, names.zero_grad, a.device, a.time_us);
+        a.context = Some(sites.in_zero_grad);
         for g in grads.drain(..) {
             a.free(g, false, rng);
         }
         annotate(annotations, names, false, names.zero_grad, a.device, a.time_us);
-        let input = a.malloc(opts.tokens * 8, sites.input, rng);
+        a.context = Some(sites.in_loop);
+        let input = a.malloc(opts.tokens * 8, sites.input, Category::Input, rng);
+        a.context = Some(sites.in_forward);
+        let extra = if opts.extra_activation_bytes > 0 {
+            planted(a, &mut |a, r| a.malloc(opts.extra_activation_bytes, sites.extra, Category::Activation, r))
+        } else {
+            None
+        };
         // Forward: each layer keeps some activations for backward and frees temporaries.
         let mut saved: Vec<Vec<u64>> = Vec::new();
         for l in 0..layers {
             let mut keep = Vec::new();
             for (k, &site) in sites.act[l * 3..l * 3 + 3].iter().enumerate() {
                 let jitter = rng.below(64) * 512 + rng.below(128) * 4;
-                if let Some(x) = a.malloc(act_bytes * (1 + k as u64 % 2) + jitter, site, rng) {
+                if let Some(x) = a.malloc(act_bytes * (1 + k as u64 % 2) + jitter, site, Category::Activation, rng) {
                     keep.push(x);
                 }
             }
@@ -530,28 +679,33 @@ fn run_training(
                 let mut tmp = Vec::new();
                 for _ in 0..n {
                     let size = if rng.below(4) == 0 { act_bytes / 2 } else { 256 << rng.below(12) };
-                    if let Some(x) = a.malloc(size, site, rng) {
+                    if let Some(x) = a.malloc(size, site, Category::Temporary, rng) {
                         tmp.push(x);
                     }
                 }
                 for x in tmp {
-                    a.free(x, rng.below(50) == 0, rng);
+                    a.free(x, false, rng);
                 }
             }
             saved.push(keep);
-            if a.trace.len() >= target && iteration > 1 {
+            if a.entries() >= target && iteration > 1 {
                 break;
             }
         }
-        let loss = a.malloc(4, sites.loss, rng);
+        let loss = a.malloc(4, sites.loss, Category::Activation, rng);
+        if opts.leak_bytes > 0 {
+            // `history.append(logits)`: kept by the program, never freed.
+            planted(a, &mut |a, r| a.malloc(opts.leak_bytes, sites.leak, Category::Activation, r));
+        }
         // Backward: gradients appear, activations go.
+        a.context = Some(sites.in_backward);
         for l in (0..saved.len()).rev() {
             for &(_, bytes, pl) in params.iter().filter(|p| p.2 == l) {
-                if let Some(g) = a.malloc(bytes, sites.grad[pl], rng) {
+                if let Some(g) = a.malloc(bytes, sites.grad[pl], Category::Gradient, rng) {
                     grads.push(g);
                 }
             }
-            let tmp = a.malloc(act_bytes, sites.temp[l * 3], rng);
+            let tmp = a.malloc(act_bytes, sites.bwd_temp, Category::AutogradDetail, rng);
             for x in saved[l].drain(..) {
                 a.free(x, false, rng);
             }
@@ -562,16 +716,18 @@ fn run_training(
         if let Some(l) = loss {
             a.free(l, false, rng);
         }
+        a.context = Some(sites.in_loop);
         if let Some(i) = input {
             a.free(i, true, rng);
         }
         a.process_pending(rng);
         // Optimizer step: AdamW state at the first step, temporaries every step.
         annotate(annotations, names, true, names.step, a.device, a.time_us);
+        a.context = Some(sites.in_step);
         if optim_state.is_empty() {
             for &(_, bytes, _) in &params {
                 for _ in 0..2 {
-                    if let Some(s) = a.malloc(bytes, sites.optim_state, rng) {
+                    if let Some(s) = a.malloc(bytes, sites.optim_state, Category::OptimizerState, rng) {
                         optim_state.push(s);
                     }
                 }
@@ -579,19 +735,28 @@ fn run_training(
         }
         for chunk in params.chunks(8) {
             let bytes: u64 = chunk.iter().map(|p| p.1).sum();
-            if let Some(t) = a.malloc(bytes, sites.optim_temp, rng) {
+            if let Some(t) = a.malloc(bytes, sites.optim_temp, Category::Temporary, rng) {
                 a.free(t, false, rng);
             }
         }
         annotate(annotations, names, false, names.step, a.device, a.time_us);
+        complete += 1;
+        a.context = Some(sites.in_loop);
+        if let Some(x) = extra {
+            planted(a, &mut |a, r| {
+                a.free(x, false, r);
+                None
+            });
+        }
     }
     // One free still waits on a side stream when the snapshot is taken.
-    if let Some(t) = a.malloc(act_bytes, sites.temp[0], rng) {
+    if let Some(t) = a.malloc(act_bytes, sites.temp[0], Category::Temporary, rng) {
         a.free(t, true, rng);
     }
     if opts.oom {
-        a.malloc(opts.capacity_bytes, sites.act[0], rng);
+        a.malloc(opts.capacity_bytes, sites.act[0], Category::Activation, rng);
     }
+    complete
 }
 
 fn allocator_settings() -> Value {

@@ -360,3 +360,65 @@ fn a_file_too_large_for_the_tab_is_refused_at_once_with_what_to_do_instead() {
     assert!(e.contains("this reader takes pickles up to"), "{e}");
     assert!(e.contains("memscape stats big.pickle") && e.contains("max_entries"), "{e}");
 }
+
+/// Categories, hover classes, rules and a diff across two engines (as across two workers).
+#[test]
+fn categories_and_a_diff_across_two_workers() {
+    use snapshot::synth::{generate, Options, EXTRA_SITE};
+    let opts = Options { target_entries: 8_000, layers: 4, hidden: 1024, tokens: 32768, seed: 3, ..Default::default() };
+    let a_bytes = snapshot::write::to_pickle_bytes(&generate(&opts));
+    let b_bytes =
+        snapshot::write::to_pickle_bytes(&generate(&Options { extra_activation_bytes: 16 << 20, ..opts.clone() }));
+    let (mut ea, mut eb) = (Engine::new(), Engine::new());
+    let a = open(&mut ea, "a.pickle", &a_bytes, 1 << 20).unwrap();
+    let b = open(&mut eb, "b.pickle", &b_bytes, 1 << 20).unwrap();
+
+    // The category columns stack up to the timeline's columns.
+    let v = view(&mut ea, a.doc, 0, Kind::Blocks, 0.0, 0.0, 400);
+    let Response::Categories(c) =
+        ea.handle(Request::Categories { doc: a.doc, device: 0, start: 0.0, end: 0.0, columns: 400, at: Some(v.peak_step) })
+    else {
+        panic!("no categories")
+    };
+    assert_eq!(c.columns.len(), v.columns.len());
+    for (cc, vc) in c.columns.iter().zip(&v.columns) {
+        assert_eq!((cc.0, cc.1.iter().sum::<u64>()), (vc.step, vc.total));
+    }
+    let (step, at) = c.selected.unwrap();
+    assert_eq!(step, v.peak_step);
+    assert_eq!(at.iter().sum::<u64>(), v.peak_bytes);
+    assert_eq!(c.report.at_peak.iter().map(|x| x.bytes).collect::<Vec<_>>(), at.to_vec());
+    assert!(c.report.iterations.len() > 1);
+
+    // Hover says what an element is for; a user rule changes it and says so.
+    let Response::Hit(Some(d)) =
+        ea.handle(Request::Hit { doc: a.doc, device: 0, kind: Kind::Blocks, step: v.peak_step, bytes: 0, rows: 400 })
+    else {
+        panic!("nothing at the bottom of the peak")
+    };
+    let (cat, why) = d.class.clone().unwrap();
+    assert_eq!(cat, Category::Parameter, "{why}");
+    let rules = Rules { rules: vec![Rule { pattern: "Block.__init__".into(), category: Category::Input, on: Target::Frame }] };
+    assert!(matches!(ea.handle(Request::Rules { doc: a.doc, rules: rules.clone() }), Response::Done));
+    let Response::Details(d2) = ea.handle(Request::Details { doc: a.doc, device: 0, kind: Kind::Blocks, element: d.element })
+    else {
+        panic!()
+    };
+    assert_eq!(d2.class.as_ref().map(|c| c.0), Some(Category::Input));
+    assert!(d2.class.unwrap().1.contains("Block.__init__"));
+    let bad = Rules { rules: vec![Rule { pattern: "(".into(), category: Category::Input, on: Target::Frame }] };
+    let Response::Error(e) = ea.handle(Request::Rules { doc: a.doc, rules: bad }) else { panic!() };
+    assert!(e.contains("rule 1"), "{e}");
+    assert!(matches!(ea.handle(Request::Rules { doc: a.doc, rules: Rules::default() }), Response::Done));
+
+    // A's profile travels to B's worker, which answers the diff.
+    let Response::Profile(pa) = ea.handle(Request::Profile { doc: a.doc, device: 0 }) else { panic!() };
+    let Response::Diff(d) =
+        eb.handle(Request::Diff { doc: b.doc, device: 0, a: pa, align: Align::Iteration, sites_by: SiteMode::Frame })
+    else {
+        panic!()
+    };
+    assert_eq!(d.sites[0].site, EXTRA_SITE);
+    assert_eq!(d.sites[0].b - d.sites[0].a, 16 << 20);
+    assert_eq!(d.peak.1 - d.peak.0, 16 << 20);
+}

@@ -2,6 +2,7 @@
 //! Tests of the snapshot core on the real corpus and on hostile input.
 
 mod bad_input;
+mod categories;
 mod corpus;
 mod python;
 

@@ -1,0 +1,493 @@
+//! What changed between two runs. Each snapshot is first reduced to a [`Profile`] (small,
+//! serializable: the viewer computes it in the worker holding the file and sends it to the
+//! worker holding the other), then [`diff`] compares two profiles: peaks, categories at each
+//! peak, call sites alive at the peak, allocations in one run and not the other, segments
+//! only in one, and both totals on one aligned axis.
+
+use rustc_hash::FxHashMap;
+use serde::{Deserialize, Serialize};
+
+use crate::categories::{call_site, Categories, Category, N};
+use crate::frames::{frame_line, stack_lines};
+use crate::model::{BlockState, Snapshot, StackId};
+use crate::timeline::{Origin, Timeline};
+
+/// Points of a profile's totals curve (the highest total of each bucket of steps).
+pub const CURVE: usize = 2000;
+
+/// Bytes of one call site (or whole stack) alive at the peak.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SiteBytes {
+    pub site: String,
+    pub bytes: u64,
+    pub count: u32,
+}
+
+/// A segment of the final snapshot.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SegmentKey {
+    pub address: u64,
+    pub size: u64,
+    pub stream: i64,
+    /// The call site of its largest active block (or of the segment), if known.
+    pub site: String,
+}
+
+/// One sample of the totals curve.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Point {
+    pub step: u32,
+    pub time_us: Option<i64>,
+    pub total: u64,
+}
+
+/// One run, reduced to what a diff compares.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Profile {
+    pub device: u32,
+    pub n_steps: u32,
+    pub peak_bytes: u64,
+    pub peak_step: u32,
+    /// Reserved bytes of the device in the final snapshot.
+    pub reserved_bytes: u64,
+    /// Bytes per category at the peak (in [`Category::ALL`] order).
+    pub at_peak: [u64; N],
+    /// Alive at the peak by call site (first non-library frame), largest first.
+    pub sites: Vec<SiteBytes>,
+    /// Alive at the peak by whole stack (filtered lines joined by newlines), largest first.
+    pub stacks: Vec<SiteBytes>,
+    /// Allocations of the trace by (call site, requested bytes): how many.
+    pub allocs: Vec<(String, u64, u32)>,
+    pub segments: Vec<SegmentKey>,
+    pub curve: Vec<Point>,
+    /// First step of each iteration.
+    pub iterations: Vec<u32>,
+    /// `record_function` STARTs: name and step.
+    pub annotations: Vec<(String, u32)>,
+}
+
+fn site_text(snap: &Snapshot, stack: Option<StackId>, cache: &mut FxHashMap<StackId, String>) -> String {
+    let Some(s) = stack else { return "(no stack)".into() };
+    cache
+        .entry(s)
+        .or_insert_with(|| call_site(snap, s).map_or("(no frames)".into(), |f| frame_line(snap, &snap.frames[f.0 as usize])))
+        .clone()
+}
+
+fn group(rows: FxHashMap<String, (u64, u32)>) -> Vec<SiteBytes> {
+    let mut v: Vec<SiteBytes> = rows.into_iter().map(|(site, (bytes, count))| SiteBytes { site, bytes, count }).collect();
+    v.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.site.cmp(&b.site)));
+    v
+}
+
+/// Reduces one device of a snapshot (its blocks timeline `tl` and categories `cats`).
+pub fn profile(snap: &Snapshot, tl: &Timeline, cats: &Categories) -> Profile {
+    let device = tl.device();
+    let trace = snap.trace(device);
+    let els = tl.elements();
+    let mut cache = FxHashMap::default();
+    let (mut sites, mut stacks): (FxHashMap<String, (u64, u32)>, FxHashMap<String, (u64, u32)>) = Default::default();
+    let peak_step = tl.peak_step();
+    if tl.n_steps() > 0 || !els.is_empty() {
+        for id in tl.live_at(peak_step, 0) {
+            let e = &els[id as usize];
+            let s = sites.entry(site_text(snap, e.stack, &mut cache)).or_default();
+            s.0 += e.size;
+            s.1 += 1;
+            let key = e.stack.map_or("(no stack)".to_string(), |st| stack_lines(snap, st, true).join("\n"));
+            let s = stacks.entry(key).or_default();
+            s.0 += e.size;
+            s.1 += 1;
+        }
+    }
+    let mut allocs: FxHashMap<(String, u64), u32> = FxHashMap::default();
+    for e in els.iter().filter(|e| e.origin == Origin::Traced) {
+        *allocs.entry((site_text(snap, e.stack, &mut cache), e.size)).or_default() += 1;
+    }
+    let mut allocs: Vec<(String, u64, u32)> = allocs.into_iter().map(|((s, b), n)| (s, b, n)).collect();
+    allocs.sort();
+    let segments = snap
+        .segments
+        .iter()
+        .filter(|s| s.device == device as i64)
+        .map(|s| {
+            let largest = s
+                .blocks
+                .iter()
+                .filter(|b| b.state != BlockState::Inactive)
+                .max_by_key(|b| b.size)
+                .and_then(|b| b.stack())
+                .or(s.frames);
+            SegmentKey {
+                address: s.address,
+                size: s.total_size,
+                stream: s.stream,
+                site: site_text(snap, largest, &mut cache),
+            }
+        })
+        .collect();
+    let n = tl.n_steps();
+    let buckets = (n as usize).clamp(1, CURVE);
+    let curve = (0..buckets)
+        .filter_map(|k| {
+            let lo = (k as u64 * u64::from(n) / buckets as u64) as u32;
+            let hi = ((k as u64 + 1) * u64::from(n) / buckets as u64) as u32;
+            (hi > lo).then(|| {
+                let step = tl.argmax_in(lo, hi);
+                Point {
+                    step,
+                    time_us: tl.step_entry(step).and_then(|e| trace.time_us(e as usize)),
+                    total: tl.totals()[step as usize],
+                }
+            })
+        })
+        .collect();
+    let times: Vec<i64> = (0..n).map(|s| tl.step_entry(s).and_then(|e| trace.time_us(e as usize)).unwrap_or(i64::MIN)).collect();
+    let annotations = if trace.has_time() {
+        snap.external_annotations
+            .iter()
+            .flatten()
+            .filter(|a| (a.device < 0 || a.device == device as i64) && snap.str(a.stage) == "START")
+            .map(|a| (snap.str(a.name).to_string(), times.partition_point(|&x| x < a.time_us) as u32))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    Profile {
+        device: device as u32,
+        n_steps: n,
+        peak_bytes: tl.peak_bytes(),
+        peak_step,
+        reserved_bytes: snap.segments.iter().filter(|s| s.device == device as i64).map(|s| s.total_size).sum(),
+        at_peak: cats.at_peak,
+        sites: group(sites),
+        stacks: group(stacks),
+        allocs,
+        segments,
+        curve,
+        iterations: cats.iterations.iter().map(|it| it.start).collect(),
+        annotations,
+    }
+}
+
+/// How the two runs are put on one x axis.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Align {
+    /// Iteration k of A over iteration k of B (fraction within the iteration).
+    #[default]
+    Iteration,
+    /// The k-th START of each annotation name in A over the same in B.
+    Annotation,
+    /// Event index (timeline step).
+    Event,
+    /// Microseconds since each trace's first event.
+    Time,
+}
+
+impl Align {
+    /// All, in menu order.
+    pub const ALL: [Align; 4] = [Align::Iteration, Align::Annotation, Align::Event, Align::Time];
+
+    /// The JSON / command-line name.
+    pub fn key(self) -> &'static str {
+        match self {
+            Align::Iteration => "iteration",
+            Align::Annotation => "annotation",
+            Align::Event => "event",
+            Align::Time => "time",
+        }
+    }
+
+    /// Reads a key.
+    pub fn parse(s: &str) -> Option<Align> {
+        Align::ALL.into_iter().find(|a| a.key() == s)
+    }
+}
+
+/// How call sites are keyed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SiteMode {
+    /// The first frame of the user's own code.
+    #[default]
+    Frame,
+    /// The whole (filtered) stack.
+    Stack,
+}
+
+/// A call site alive at the peaks.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SiteDelta {
+    pub site: String,
+    pub a: u64,
+    pub b: u64,
+    pub count_a: u32,
+    pub count_b: u32,
+}
+
+impl SiteDelta {
+    /// `b - a`.
+    pub fn delta(&self) -> i128 {
+        i128::from(self.b) - i128::from(self.a)
+    }
+}
+
+/// Allocations of one (call site, size) made a different number of times.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocDelta {
+    pub site: String,
+    pub size: u64,
+    pub count_a: u32,
+    pub count_b: u32,
+}
+
+/// One x of the aligned curves.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Aligned {
+    pub x: f64,
+    pub a: Option<u64>,
+    pub b: Option<u64>,
+}
+
+/// What changed from A to B.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Diff {
+    pub align: Align,
+    /// The alignment asked for was not possible (no time, no iterations, no shared
+    /// annotation): this one was used instead, and why.
+    pub align_note: Option<String>,
+    pub sites_by: SiteMode,
+    pub peak: (u64, u64),
+    pub reserved: (u64, u64),
+    /// Per category at each peak: (category, A, B).
+    pub categories: Vec<(Category, u64, u64)>,
+    /// Alive at the peaks, largest change first (only those that changed).
+    pub sites: Vec<SiteDelta>,
+    /// Allocations made a different number of times, largest bytes first.
+    pub allocs: Vec<AllocDelta>,
+    pub segments_only_a: Vec<SegmentKey>,
+    pub segments_only_b: Vec<SegmentKey>,
+    /// Both totals on one axis.
+    pub curve: Vec<Aligned>,
+    /// What x means.
+    pub x_label: String,
+}
+
+/// Rows kept in each table.
+pub const ROWS: usize = 200;
+
+/// Piecewise-linear map through anchor pairs (sorted by the first coordinate).
+fn through(anchors: &[(f64, f64)], x: f64) -> f64 {
+    match anchors.partition_point(|a| a.0 <= x) {
+        0 => anchors.first().map_or(x, |a| x - a.0 + a.1),
+        k if k == anchors.len() => {
+            let a = anchors[k - 1];
+            x - a.0 + a.1
+        }
+        k => {
+            let (p, q) = (anchors[k - 1], anchors[k]);
+            if q.0 > p.0 {
+                p.1 + (x - p.0) * (q.1 - p.1) / (q.0 - p.0)
+            } else {
+                p.1
+            }
+        }
+    }
+}
+
+/// x of each curve point of `p` under an alignment, or why it is not possible.
+fn xs(p: &Profile, align: Align, other: &Profile) -> Result<Vec<f64>, String> {
+    match align {
+        Align::Event => Ok(p.curve.iter().map(|c| f64::from(c.step)).collect()),
+        Align::Time => {
+            let t0 = p.curve.iter().find_map(|c| c.time_us);
+            match t0 {
+                Some(t0) if p.curve.iter().all(|c| c.time_us.is_some()) => {
+                    Ok(p.curve.iter().map(|c| (c.time_us.unwrap_or(t0) - t0) as f64).collect())
+                }
+                _ => Err("a trace has no time_us".into()),
+            }
+        }
+        Align::Iteration => {
+            if p.iterations.len() < 2 && other.iterations.len() < 2 {
+                return Err("no iterations were found".into());
+            }
+            let mut anchors: Vec<(f64, f64)> =
+                p.iterations.iter().enumerate().map(|(k, &s)| (f64::from(s), k as f64)).collect();
+            anchors.push((f64::from(p.n_steps), p.iterations.len() as f64));
+            Ok(p.curve.iter().map(|c| through(&anchors, f64::from(c.step))).collect())
+        }
+        Align::Annotation => {
+            let anchors = shared_annotations(p, other);
+            if anchors.is_empty() {
+                return Err("the two runs share no annotation".into());
+            }
+            let mut pairs: Vec<(f64, f64)> = anchors.iter().map(|&(mine, k)| (f64::from(mine), k as f64)).collect();
+            pairs.sort_by(|a, b| a.0.total_cmp(&b.0));
+            Ok(p.curve.iter().map(|c| through(&pairs, f64::from(c.step))).collect())
+        }
+    }
+}
+
+/// Steps of the annotation STARTs that both runs have (name and occurrence), each with its
+/// rank among the shared ones, which is the common x.
+fn shared_annotations(p: &Profile, other: &Profile) -> Vec<(u32, usize)> {
+    let keys = |q: &Profile| -> FxHashMap<(String, usize), u32> {
+        let mut seen: FxHashMap<&str, usize> = FxHashMap::default();
+        q.annotations
+            .iter()
+            .map(|(name, step)| {
+                let k = seen.entry(name).or_default();
+                *k += 1;
+                ((name.clone(), *k), *step)
+            })
+            .collect()
+    };
+    let (mine, theirs) = (keys(p), keys(other));
+    let mut shared: Vec<((String, usize), u32)> = mine.into_iter().filter(|(k, _)| theirs.contains_key(k)).collect();
+    shared.sort_by_key(|(k, s)| (*s, k.clone()));
+    shared.into_iter().enumerate().map(|(rank, (_, s))| (s, rank)).collect()
+}
+
+fn resample(points: &[(f64, u64)], lo: f64, hi: f64, k: usize) -> Vec<Option<u64>> {
+    let mut out = vec![None; k];
+    let w = (hi - lo) / k as f64;
+    for &(x, v) in points {
+        let j = if w > 0.0 { (((x - lo) / w) as usize).min(k - 1) } else { 0 };
+        out[j] = Some(out[j].map_or(v, |o: u64| o.max(v)));
+    }
+    let last_x = points.iter().map(|p| p.0).fold(f64::MIN, f64::max);
+    let mut carry = None;
+    for (j, o) in out.iter_mut().enumerate() {
+        if o.is_some() {
+            carry = *o;
+        } else if lo + w * j as f64 <= last_x {
+            *o = carry;
+        }
+    }
+    out
+}
+
+/// Compares two runs.
+pub fn diff(a: &Profile, b: &Profile, align: Align, sites_by: SiteMode) -> Diff {
+    // Alignment, falling back to event index.
+    let (mut used, mut note) = (align, None);
+    let (xa, xb) = match (xs(a, align, b), xs(b, align, a)) {
+        (Ok(xa), Ok(xb)) => (xa, xb),
+        (Err(e), _) | (_, Err(e)) => {
+            note = Some(format!("aligned by event index: {e}"));
+            used = Align::Event;
+            (xs(a, Align::Event, b).unwrap_or_default(), xs(b, Align::Event, a).unwrap_or_default())
+        }
+    };
+    let pa: Vec<(f64, u64)> = xa.iter().zip(&a.curve).map(|(&x, c)| (x, c.total)).collect();
+    let pb: Vec<(f64, u64)> = xb.iter().zip(&b.curve).map(|(&x, c)| (x, c.total)).collect();
+    let lo = pa.iter().chain(&pb).map(|p| p.0).fold(f64::INFINITY, f64::min);
+    let hi = pa.iter().chain(&pb).map(|p| p.0).fold(f64::NEG_INFINITY, f64::max);
+    let curve = if lo.is_finite() && hi.is_finite() {
+        let k = CURVE / 2;
+        let hi = if hi > lo { hi } else { lo + 1.0 };
+        let (ra, rb) = (resample(&pa, lo, hi, k), resample(&pb, lo, hi, k));
+        (0..k).map(|j| Aligned { x: lo + (hi - lo) * j as f64 / k as f64, a: ra[j], b: rb[j] }).collect()
+    } else {
+        Vec::new()
+    };
+
+    // Call sites alive at the peaks.
+    let (ta, tb) = match sites_by {
+        SiteMode::Frame => (&a.sites, &b.sites),
+        SiteMode::Stack => (&a.stacks, &b.stacks),
+    };
+    let mut rows: FxHashMap<&str, SiteDelta> = FxHashMap::default();
+    for (t, is_a) in [(ta, true), (tb, false)] {
+        for s in t {
+            let r = rows.entry(&s.site).or_insert_with(|| SiteDelta {
+                site: s.site.clone(),
+                a: 0,
+                b: 0,
+                count_a: 0,
+                count_b: 0,
+            });
+            if is_a {
+                (r.a, r.count_a) = (s.bytes, s.count);
+            } else {
+                (r.b, r.count_b) = (s.bytes, s.count);
+            }
+        }
+    }
+    let mut sites: Vec<SiteDelta> = rows.into_values().filter(|r| r.a != r.b).collect();
+    sites.sort_by(|x, y| y.delta().abs().cmp(&x.delta().abs()).then_with(|| x.site.cmp(&y.site)));
+    sites.truncate(ROWS);
+
+    // Allocations made a different number of times.
+    let mut counts: FxHashMap<(&str, u64), (u32, u32)> = FxHashMap::default();
+    for (s, size, n) in &a.allocs {
+        counts.entry((s, *size)).or_default().0 = *n;
+    }
+    for (s, size, n) in &b.allocs {
+        counts.entry((s, *size)).or_default().1 = *n;
+    }
+    let mut allocs: Vec<AllocDelta> = counts
+        .into_iter()
+        .filter(|(_, (x, y))| x != y)
+        .map(|((site, size), (count_a, count_b))| AllocDelta { site: site.to_string(), size, count_a, count_b })
+        .collect();
+    let weight = |d: &AllocDelta| u128::from(d.size) * u128::from(d.count_a.abs_diff(d.count_b));
+    allocs.sort_by(|x, y| weight(y).cmp(&weight(x)).then_with(|| x.site.cmp(&y.site)).then(x.size.cmp(&y.size)));
+    allocs.truncate(ROWS);
+
+    // Segments: the same address and size first, then any of the same size.
+    let (only_a, only_b) = unmatched_segments(&a.segments, &b.segments);
+
+    Diff {
+        align: used,
+        align_note: note,
+        sites_by,
+        peak: (a.peak_bytes, b.peak_bytes),
+        reserved: (a.reserved_bytes, b.reserved_bytes),
+        categories: Category::ALL.iter().map(|c| (*c, a.at_peak[c.index()], b.at_peak[c.index()])).collect(),
+        sites,
+        allocs,
+        segments_only_a: only_a,
+        segments_only_b: only_b,
+        curve,
+        x_label: match used {
+            Align::Iteration => "iteration".into(),
+            Align::Annotation => "shared annotation".into(),
+            Align::Event => "event".into(),
+            Align::Time => "µs since the first event".into(),
+        },
+    }
+}
+
+fn unmatched_segments(a: &[SegmentKey], b: &[SegmentKey]) -> (Vec<SegmentKey>, Vec<SegmentKey>) {
+    let mut used_b = vec![false; b.len()];
+    let mut exact: FxHashMap<(u64, u64), Vec<usize>> = FxHashMap::default();
+    let mut by_size: FxHashMap<u64, Vec<usize>> = FxHashMap::default();
+    for (j, s) in b.iter().enumerate().rev() {
+        exact.entry((s.address, s.size)).or_default().push(j);
+        by_size.entry(s.size).or_default().push(j);
+    }
+    let mut left = Vec::new();
+    for s in a {
+        if let Some(j) = exact.get_mut(&(s.address, s.size)).and_then(|v| v.pop()) {
+            used_b[j] = true;
+        } else {
+            left.push(s);
+        }
+    }
+    let mut only_a = Vec::new();
+    for s in left {
+        let pool = by_size.entry(s.size).or_default();
+        while pool.last().is_some_and(|&j| used_b[j]) {
+            pool.pop();
+        }
+        match pool.pop() {
+            Some(j) => used_b[j] = true,
+            None => only_a.push(s.clone()),
+        }
+    }
+    let only_b = b.iter().zip(&used_b).filter(|(_, &u)| !u).map(|(s, _)| s.clone()).collect();
+    (only_a, only_b)
+}
