@@ -411,7 +411,13 @@ fn vline(ctx: &Ctx, x: f64, top: f64, bottom: f64, colour: &str) {
 
 /// Bytes by category over time as stacked areas (one bar per pixel column), hidden
 /// categories left out; the peak and the selected step marked.
-pub fn categories(canvas: &HtmlCanvasElement, vm: &engine::protocol::CategoriesVm, hidden: &[bool; 8], selected: Option<u32>, th: &Theme) {
+pub fn categories(
+    canvas: &HtmlCanvasElement,
+    vm: &engine::protocol::CategoriesVm,
+    hidden: &[bool; 8],
+    selected: Option<u32>,
+    th: &Theme,
+) {
     let Some((ctx, w, h)) = prepare(canvas) else { return };
     ctx.set_fill_style_str(&th.bg);
     ctx.fill_rect(0.0, 0.0, w, h);

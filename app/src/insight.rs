@@ -145,9 +145,8 @@ impl I {
     /// Asks A's worker for its profile and B's worker for the diff against it.
     fn run_diff(self, s: S) {
         let (Some(a), Some(b)) = (self.a.get_untracked(), self.b.get_untracked()) else { return };
-        let device_of = |doc: DocId| {
-            s.tabs.with_untracked(|t| t.iter().find(|t| t.info.doc == doc).map(|t| t.device)).unwrap_or(0)
-        };
+        let device_of =
+            |doc: DocId| s.tabs.with_untracked(|t| t.iter().find(|t| t.info.doc == doc).map(|t| t.device)).unwrap_or(0);
         let (da, db) = (device_of(a), device_of(b));
         let (align, sites_by) = (self.align.get_untracked(), self.sites_by.get_untracked());
         self.diff_busy.set(true);
@@ -306,6 +305,7 @@ pub(crate) fn CategoryView(s: S, i: I) -> impl IntoView {
                     </div>
                     <section id="rule-use">
                         <h2>"Which rule decided what"</h2>
+                        <p class="hint">"Bytes of every allocation each rule decided, over the whole trace."</p>
                         <table class="list">
                             {r.rules.iter().map(|u| view! {
                                 <tr><td>{u.category.label()}</td><td>{bytes_text(u.bytes)}</td><td>{u.rule.clone()}</td></tr>

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context as _};
-use snapshot::timeline::{Timeline, TimelineKind};
 use clap::{Parser, Subcommand};
+use snapshot::timeline::{Timeline, TimelineKind};
 
 #[derive(Parser)]
 #[command(name = "memscape", version, about = "Understand PyTorch GPU memory snapshots")]
@@ -88,6 +88,10 @@ enum Command {
         /// Plant an extra activation of this size in every iteration (e.g. 24M).
         #[arg(long, value_parser = parse_size)]
         extra_activation: Option<u64>,
+        /// Also write what was planted (bytes per category at the peak, the leak's and the
+        /// extra activation's call sites) as JSON to this file.
+        #[arg(long)]
+        truth: Option<PathBuf>,
         /// Output file (`.gz` is gzip-compressed).
         #[arg(short, long)]
         output: PathBuf,
@@ -133,7 +137,8 @@ fn parse_size(s: &str) -> Result<u64, String> {
 }
 
 fn parse_align(s: &str) -> Result<snapshot::diff::Align, String> {
-    snapshot::diff::Align::parse(s).ok_or_else(|| format!("unknown alignment {s:?} (iteration, annotation, event or time)"))
+    snapshot::diff::Align::parse(s)
+        .ok_or_else(|| format!("unknown alignment {s:?} (iteration, annotation, event or time)"))
 }
 
 fn main() -> ExitCode {
@@ -290,7 +295,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let loaded = load(&file)?;
             write_offline(&assets, &file, &loaded, &output)
         }
-        Command::Synth { size, entries, devices, layers, seed, oom, leak, extra_activation, output } => {
+        Command::Synth { size, entries, devices, layers, seed, oom, leak, extra_activation, truth, output } => {
             let mut opts = match (size, entries) {
                 (Some(b), _) => snapshot::synth::Options::for_bytes(b),
                 (None, Some(n)) => snapshot::synth::Options { target_entries: n, ..Default::default() },
@@ -302,7 +307,21 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             opts.oom = oom;
             opts.leak_bytes = leak.unwrap_or(0);
             opts.extra_activation_bytes = extra_activation.unwrap_or(0);
-            let snap = snapshot::synth::generate(&opts);
+            let (snap, planted) = snapshot::synth::generate_with_truth(&opts);
+            if let Some(path) = truth {
+                use snapshot::categories::Category;
+                let at_peak: serde_json::Map<String, serde_json::Value> =
+                    Category::ALL.iter().map(|c| (c.key().to_string(), planted.at_peak[c.index()].into())).collect();
+                let json = serde_json::json!({
+                    "peak_bytes": planted.peak_bytes,
+                    "at_peak": at_peak,
+                    "iterations": planted.iterations,
+                    "leak": (opts.leak_bytes > 0).then(|| serde_json::json!({"site": snapshot::synth::LEAK_SITE, "bytes_per_iteration": opts.leak_bytes})),
+                    "extra_activation": (opts.extra_activation_bytes > 0).then(|| serde_json::json!({"site": snapshot::synth::EXTRA_SITE, "bytes": opts.extra_activation_bytes})),
+                });
+                std::fs::write(&path, serde_json::to_string_pretty(&json)?)
+                    .with_context(|| format!("{}: cannot write", path.display()))?;
+            }
             let f = File::create(&output).with_context(|| format!("{}: cannot create", output.display()))?;
             let gz = output.extension().is_some_and(|e| e == "gz");
             let r = if gz {
@@ -428,7 +447,13 @@ fn read_rules(path: Option<&Path>) -> anyhow::Result<snapshot::categories::Compi
 
 fn print_categories(out: &mut impl std::io::Write, r: &snapshot::categories::Report) -> std::io::Result<()> {
     use snapshot::stats::format_size as fs;
-    writeln!(out, "device {}: at the peak ({} at step {}), by category:", r.device, fs(r.peak_bytes.into()), r.peak_step)?;
+    writeln!(
+        out,
+        "device {}: at the peak ({} at step {}), by category:",
+        r.device,
+        fs(r.peak_bytes.into()),
+        r.peak_step
+    )?;
     for c in r.at_peak.iter().filter(|c| c.bytes > 0) {
         writeln!(out, "  {:>12}  {}", fs(c.bytes.into()), c.category.label())?;
     }
@@ -456,7 +481,13 @@ fn print_categories(out: &mut impl std::io::Write, r: &snapshot::categories::Rep
         )?;
     }
     for l in &r.leaks {
-        writeln!(out, "  leak suspect: {} grows {} per iteration ({} allocations alive)", l.site, fs(l.bytes_per_iteration.into()), l.count)?;
+        writeln!(
+            out,
+            "  leak suspect: {} grows {} per iteration ({} allocations alive)",
+            l.site,
+            fs(l.bytes_per_iteration.into()),
+            l.count
+        )?;
         for line in l.stack.iter().take(6) {
             writeln!(out, "      {line}")?;
         }
@@ -469,14 +500,27 @@ fn print_diff(out: &mut impl std::io::Write, d: &snapshot::diff::Diff, a: &Path,
     let delta = |x: u64, y: u64| fs(i128::from(y) - i128::from(x));
     writeln!(out, "A: {}\nB: {}", a.display(), b.display())?;
     writeln!(out, "peak: {} -> {} ({})", fs(d.peak.0.into()), fs(d.peak.1.into()), delta(d.peak.0, d.peak.1))?;
-    writeln!(out, "reserved: {} -> {} ({})", fs(d.reserved.0.into()), fs(d.reserved.1.into()), delta(d.reserved.0, d.reserved.1))?;
+    writeln!(
+        out,
+        "reserved: {} -> {} ({})",
+        fs(d.reserved.0.into()),
+        fs(d.reserved.1.into()),
+        delta(d.reserved.0, d.reserved.1)
+    )?;
     writeln!(out, "at each peak, by category:")?;
     for (c, x, y) in d.categories.iter().filter(|c| c.1 + c.2 > 0) {
         writeln!(out, "  {:>16}  {:>12} -> {:>12} ({})", c.label(), fs((*x).into()), fs((*y).into()), delta(*x, *y))?;
     }
     writeln!(out, "alive at the peak, by call site (largest change first):")?;
     for s in d.sites.iter().take(15) {
-        writeln!(out, "  {:>12}  {} -> {}  {}", fs(s.delta()), fs(s.a.into()), fs(s.b.into()), s.site.replace('\n', " <- "))?;
+        writeln!(
+            out,
+            "  {:>12}  {} -> {}  {}",
+            fs(s.delta()),
+            fs(s.a.into()),
+            fs(s.b.into()),
+            s.site.replace('\n', " <- ")
+        )?;
     }
     writeln!(out, "allocations made a different number of times:")?;
     for r in d.allocs.iter().take(15) {

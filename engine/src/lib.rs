@@ -14,9 +14,9 @@ pub mod raster;
 use std::collections::HashMap;
 
 use protocol::*;
+use snapshot::categories::{Categories, Compiled};
 use snapshot::state::StateIndex;
 use snapshot::timeline::{LodQuery, Origin, Timeline};
-use snapshot::categories::{Categories, Compiled};
 use snapshot::{frames, search, stats, Action, Limits, Loader, Snapshot};
 
 /// A file being read, chunk by chunk.

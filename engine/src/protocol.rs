@@ -2,11 +2,11 @@
 //! bytes. Everything here is a view model: plain numbers and strings ready to draw.
 
 use serde::{Deserialize, Serialize};
+pub use snapshot::categories::{Category, Report, Rule, Rules, Target};
+pub use snapshot::diff::{Align, Diff, Profile, SiteMode};
 pub use snapshot::search::Query;
 pub use snapshot::stats::Summary;
 pub use snapshot::timeline::TimelineKind as Kind;
-pub use snapshot::categories::{Category, Report, Rule, Rules, Target};
-pub use snapshot::diff::{Align, Diff, Profile, SiteMode};
 
 /// An open file.
 pub type DocId = u32;

@@ -500,16 +500,17 @@ impl Windows {
 pub fn analyze(snap: &Snapshot, tl: &Timeline, compiled: &Compiled) -> Categories {
     debug_assert_eq!(tl.kind(), TimelineKind::Blocks, "categories are for the blocks timeline");
     let (rules, regexes) = (&compiled.rules, &compiled.regexes);
-    let frame_rules: Vec<(u16, &Regex)> =
-        rules.rules.iter().zip(regexes).enumerate().filter(|(_, (r, _))| r.on == Target::Frame).map(|(k, (_, re))| (k as u16, re)).collect();
-    let ann_rules: Vec<(u16, &Regex)> = rules
-        .rules
-        .iter()
-        .zip(regexes)
-        .enumerate()
-        .filter(|(_, (r, _))| r.on == Target::Annotation)
-        .map(|(k, (_, re))| (k as u16, re))
-        .collect();
+    let on = |t: Target| -> Vec<(u16, &Regex)> {
+        rules
+            .rules
+            .iter()
+            .zip(regexes)
+            .enumerate()
+            .filter(|(_, (r, _))| r.on == t)
+            .map(|(k, (_, re))| (k as u16, re))
+            .collect()
+    };
+    let (frame_rules, ann_rules) = (on(Target::Frame), on(Target::Annotation));
     let device = tl.device();
     let trace = snap.trace(device);
     let windows = Windows::build(snap, device, &ann_rules);
@@ -523,7 +524,8 @@ pub fn analyze(snap: &Snapshot, tl: &Timeline, compiled: &Compiled) -> Categorie
     let mut requested: FxHashMap<u64, Phase> = FxHashMap::default();
     let mut death: FxHashMap<u32, Phase> = FxHashMap::default();
     for i in 0..trace.len() {
-        let window = if timed { trace.time_us(i).and_then(|t| windows.at(t)).and_then(|s| windows.phase_up[s]) } else { None };
+        let window =
+            if timed { trace.time_us(i).and_then(|t| windows.at(t)).and_then(|s| windows.phase_up[s]) } else { None };
         let own = trace.frames(i).and_then(&mut phase_of_stack);
         let p = window.or(own).unwrap_or(carry);
         if let Some(o) = own {
@@ -714,11 +716,11 @@ impl Categories {
             if s > 0 {
                 self.apply(tl, s, &mut b);
             }
-            if s as usize % CHECKPOINT == 0 {
+            if (s as usize).is_multiple_of(CHECKPOINT) {
                 self.checkpoints.push(b);
             }
-            for k in 0..N {
-                self.max[k] = self.max[k].max(b[k]);
+            for (m, &v) in self.max.iter_mut().zip(&b) {
+                *m = (*m).max(v);
             }
             if s == self.peak_step {
                 self.at_peak = b;
@@ -736,8 +738,8 @@ impl Categories {
         if before.iter().sum::<u64>() > tl.totals().iter().copied().max().unwrap_or(0) {
             self.at_peak = before;
         }
-        for k in 0..N {
-            self.max[k] = self.max[k].max(before[k]);
+        for (m, &v) in self.max.iter_mut().zip(&before) {
+            *m = (*m).max(v);
         }
         let parameters = self.max[Category::Parameter.index()];
         let optimizer_state = self.max[Category::OptimizerState.index()];
@@ -865,7 +867,8 @@ impl Categories {
             }
             let Some(stack) = e.stack else { continue };
             let Some(site) = *sites.entry(stack).or_insert_with(|| call_site(snap, stack)) else { continue };
-            let (bytes, count, _) = live.entry(site).or_insert_with(|| (vec![0; ends.len()], vec![0; ends.len()], stack));
+            let (bytes, count, _) =
+                live.entry(site).or_insert_with(|| (vec![0; ends.len()], vec![0; ends.len()], stack));
             for k in first..last {
                 bytes[k] += e.size;
                 count[k] += 1;
@@ -939,7 +942,8 @@ pub struct Report {
 impl Categories {
     /// The findings as plain data.
     pub fn report(&self, tl: &Timeline, rules: &Rules) -> Report {
-        let list = |b: &[u64; N]| Category::ALL.iter().map(|&c| CategoryBytes { category: c, bytes: b[c.index()] }).collect();
+        let list =
+            |b: &[u64; N]| Category::ALL.iter().map(|&c| CategoryBytes { category: c, bytes: b[c.index()] }).collect();
         Report {
             device: tl.device() as u32,
             peak_bytes: tl.peak_bytes(),

@@ -70,12 +70,15 @@ fn site_text(snap: &Snapshot, stack: Option<StackId>, cache: &mut FxHashMap<Stac
     let Some(s) = stack else { return "(no stack)".into() };
     cache
         .entry(s)
-        .or_insert_with(|| call_site(snap, s).map_or("(no frames)".into(), |f| frame_line(snap, &snap.frames[f.0 as usize])))
+        .or_insert_with(|| {
+            call_site(snap, s).map_or("(no frames)".into(), |f| frame_line(snap, &snap.frames[f.0 as usize]))
+        })
         .clone()
 }
 
 fn group(rows: FxHashMap<String, (u64, u32)>) -> Vec<SiteBytes> {
-    let mut v: Vec<SiteBytes> = rows.into_iter().map(|(site, (bytes, count))| SiteBytes { site, bytes, count }).collect();
+    let mut v: Vec<SiteBytes> =
+        rows.into_iter().map(|(site, (bytes, count))| SiteBytes { site, bytes, count }).collect();
     v.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.site.cmp(&b.site)));
     v
 }
@@ -86,7 +89,8 @@ pub fn profile(snap: &Snapshot, tl: &Timeline, cats: &Categories) -> Profile {
     let trace = snap.trace(device);
     let els = tl.elements();
     let mut cache = FxHashMap::default();
-    let (mut sites, mut stacks): (FxHashMap<String, (u64, u32)>, FxHashMap<String, (u64, u32)>) = Default::default();
+    let mut sites: FxHashMap<String, (u64, u32)> = FxHashMap::default();
+    let mut stacks: FxHashMap<String, (u64, u32)> = FxHashMap::default();
     let peak_step = tl.peak_step();
     if tl.n_steps() > 0 || !els.is_empty() {
         for id in tl.live_at(peak_step, 0) {
@@ -142,7 +146,8 @@ pub fn profile(snap: &Snapshot, tl: &Timeline, cats: &Categories) -> Profile {
             })
         })
         .collect();
-    let times: Vec<i64> = (0..n).map(|s| tl.step_entry(s).and_then(|e| trace.time_us(e as usize)).unwrap_or(i64::MIN)).collect();
+    let times: Vec<i64> =
+        (0..n).map(|s| tl.step_entry(s).and_then(|e| trace.time_us(e as usize)).unwrap_or(i64::MIN)).collect();
     let annotations = if trace.has_time() {
         snap.external_annotations
             .iter()

@@ -527,7 +527,8 @@ fn sites(snap: &mut Snapshot, layers: usize) -> Sites {
     let keep = p.frame("train.py", 318, "train_step");
     let leak = p.stack(&[cpp[0], cpp[1], keep, train, main]);
     let head = p.frame("model.py", 230, "Head.forward");
-    let extra = p.stack(&[cpp[0], cpp[1], cpp[2], op_frames[0], head, call, wcall, model_fwd, call, wcall, step, train, main]);
+    let extra =
+        p.stack(&[cpp[0], cpp[1], cpp[2], op_frames[0], head, call, wcall, model_fwd, call, wcall, step, train, main]);
     let in_forward = p.stack(&[call, wcall, model_fwd, call, wcall, step, train, main]);
     let zg = p.frame("/usr/lib/python3.11/site-packages/torch/optim/optimizer.py", 990, "zero_grad");
     let in_zero_grad = p.stack(&[zg, step, train, main]);

@@ -375,9 +375,14 @@ fn categories_and_a_diff_across_two_workers() {
 
     // The category columns stack up to the timeline's columns.
     let v = view(&mut ea, a.doc, 0, Kind::Blocks, 0.0, 0.0, 400);
-    let Response::Categories(c) =
-        ea.handle(Request::Categories { doc: a.doc, device: 0, start: 0.0, end: 0.0, columns: 400, at: Some(v.peak_step) })
-    else {
+    let Response::Categories(c) = ea.handle(Request::Categories {
+        doc: a.doc,
+        device: 0,
+        start: 0.0,
+        end: 0.0,
+        columns: 400,
+        at: Some(v.peak_step),
+    }) else {
         panic!("no categories")
     };
     assert_eq!(c.columns.len(), v.columns.len());
@@ -398,9 +403,11 @@ fn categories_and_a_diff_across_two_workers() {
     };
     let (cat, why) = d.class.clone().unwrap();
     assert_eq!(cat, Category::Parameter, "{why}");
-    let rules = Rules { rules: vec![Rule { pattern: "Block.__init__".into(), category: Category::Input, on: Target::Frame }] };
+    let rules =
+        Rules { rules: vec![Rule { pattern: "Block.__init__".into(), category: Category::Input, on: Target::Frame }] };
     assert!(matches!(ea.handle(Request::Rules { doc: a.doc, rules: rules.clone() }), Response::Done));
-    let Response::Details(d2) = ea.handle(Request::Details { doc: a.doc, device: 0, kind: Kind::Blocks, element: d.element })
+    let Response::Details(d2) =
+        ea.handle(Request::Details { doc: a.doc, device: 0, kind: Kind::Blocks, element: d.element })
     else {
         panic!()
     };

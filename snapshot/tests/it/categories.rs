@@ -32,8 +32,7 @@ fn category_bytes_at_the_peak_equal_the_planted_ones() {
             let (got, want) = (cats.at_peak[c.index()], truth.at_peak[c.index()]);
             // Within 1% of the planted bytes (of the peak, for a category with none planted).
             let bound = if want == 0 { truth.peak_bytes / 100 } else { want / 100 };
-            assert!(got.abs_diff(want) <= bound,
-                "seed {seed}: {} at the peak: {got} found, {want} planted", c.label());
+            assert!(got.abs_diff(want) <= bound, "seed {seed}: {} at the peak: {got} found, {want} planted", c.label());
         }
         // The planted truths are all present: parameters, state, gradients, activations.
         for c in [Category::Parameter, Category::OptimizerState, Category::Gradient, Category::Activation] {
@@ -98,7 +97,12 @@ fn the_diff_of_two_runs_differing_by_one_activation_puts_it_first() {
     assert!(d.sites[0].site.contains(EXTRA_SITE) && d.sites[0].b - d.sites[0].a == extra);
     // A run against itself: nothing changed.
     let same = diff(&pa, &pa, Align::Iteration, SiteMode::Frame);
-    assert!(same.sites.is_empty() && same.allocs.is_empty() && same.segments_only_a.is_empty() && same.segments_only_b.is_empty());
+    assert!(
+        same.sites.is_empty()
+            && same.allocs.is_empty()
+            && same.segments_only_a.is_empty()
+            && same.segments_only_b.is_empty()
+    );
 }
 
 #[test]
@@ -176,12 +180,7 @@ fn fullstep_annotations_shows_its_training_step() {
     // Parameters: alive throughout, 3.61 GiB.
     assert_eq!(at(Category::Parameter), 3_877_655_552);
     // AdamW's two moments per parameter, made before recording inside optimizer.step.
-    let grads_made_in_backward: u64 = cats
-        .by_rule
-        .iter()
-        .filter(|r| r.0 == Why::BackwardKept)
-        .map(|r| r.2)
-        .sum();
+    let grads_made_in_backward: u64 = cats.by_rule.iter().filter(|r| r.0 == Why::BackwardKept).map(|r| r.2).sum();
     assert_eq!(grads_made_in_backward, 3_877_647_360);
     assert_eq!(at(Category::OptimizerState), 2 * grads_made_in_backward);
     // zero_grad runs after the forward pass: the previous step's gradients are still alive at

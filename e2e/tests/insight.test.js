@@ -1,0 +1,251 @@
+// The category view and the comparison of files, driven like a user. Snapshots with planted
+// truths come from `memscape synth` (which writes what it planted as JSON): the tables must
+// show exactly those answers; the bundled example must show what docs/categories.md says.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync, writeFileSync, mkdirSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { join } from 'node:path';
+import { tmpdir } from 'node:os';
+import { serve, browser, statsOf, ROOT } from '../harness.js';
+
+const SHOTS = join(ROOT, 'e2e', 'screenshots');
+const MEMSCAPE = join(ROOT, 'target', 'debug', 'memscape');
+const EXAMPLE = 'cs336-fullstep.pickle';
+const TMP = join(tmpdir(), 'memscape-insight');
+let srv, ctx, page;
+const requests = [];
+const consoleErrors = [];
+
+function synth(name, extra) {
+  const file = join(TMP, `${name}.pickle`);
+  const truth = join(TMP, `${name}.json`);
+  execFileSync(MEMSCAPE, ['synth', '--entries', '12000', '--layers', '6', '--seed', '7', ...extra, '-o', file, '--truth', truth],
+    { stdio: 'pipe' });
+  return { file, name: `${name}.pickle`, truth: JSON.parse(readFileSync(truth, 'utf8')) };
+}
+
+async function shot(name) {
+  mkdirSync(SHOTS, { recursive: true });
+  await page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage: true });
+}
+
+async function settle() {
+  await page.waitForTimeout(150);
+  await page.evaluate(() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r))));
+}
+
+async function openFile(path, name) {
+  await page.click('#mode-timeline');
+  await page.setInputFiles('#file-input', path);
+  await page.waitForFunction(n => document.querySelector('.tab.active .tab-name')?.textContent === n
+    && document.querySelector('#stats .file-line')?.textContent.startsWith(n + ' '), name, { timeout: 60000 });
+  await settle();
+}
+
+async function pixels(id) {
+  return page.evaluate(id => {
+    const c = document.getElementById(id);
+    const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+    let h = 2166136261, painted = 0;
+    for (let i = 0; i < d.length; i += 4) {
+      h = Math.imul(h ^ (d[i] | d[i + 1] << 8 | d[i + 2] << 16 | d[i + 3] << 24), 16777619) >>> 0;
+      if (Math.abs(d[i] - d[0]) + Math.abs(d[i + 1] - d[1]) + Math.abs(d[i + 2] - d[2]) > 30) painted++;
+    }
+    return { hash: h, painted };
+  }, id);
+}
+
+/** The breakdown table: `{category: [at peak, at the selected step, highest]}` in bytes. */
+function breakdown() {
+  return page.evaluate(() => Object.fromEntries([...document.querySelectorAll('#breakdown tr[data-category]')].map(tr =>
+    [tr.dataset.category, [...tr.querySelectorAll('td')].map(td => {
+      const m = td.textContent.match(/\((-?\d+) bytes\)/);
+      return m ? Number(m[1]) : null;
+    })])));
+}
+
+/** Opens the category view of the active tab and waits for its answer about `name`. */
+async function categories(name) {
+  await page.click('#mode-categories');
+  await page.waitForFunction(() => document.querySelector('#breakdown tr[data-category="total"]'), null, { timeout: 30000 });
+  await settle();
+  assert.equal(await page.locator('.tab.active .tab-name').textContent(), name);
+}
+
+before(async () => {
+  mkdirSync(TMP, { recursive: true });
+  srv = await serve();
+  ctx = await browser();
+  ctx.on('request', r => requests.push(r.url()));
+  page = await ctx.newPage();
+  page.on('pageerror', e => { throw e; });
+  page.on('console', m => { if (m.type() === 'error') consoleErrors.push(m.text()); });
+  await page.goto(srv.url);
+  await page.waitForFunction(n => document.querySelector('.tab.active .tab-name')?.textContent === n, EXAMPLE, { timeout: 60000 });
+});
+
+after(async () => {
+  await ctx?.close();
+  await srv?.close();
+});
+
+test('the category view of the example: stacked areas, legend toggles, breakdowns, budget, hover', async () => {
+  const peak = (await statsOf(page))['timeline.peak_bytes'];
+  await categories(EXAMPLE);
+  const b = await breakdown();
+  // docs/categories.md: parameters 3.61 GiB, AdamW state twice the gradients, the previous
+  // step's gradients alive in the forward pass, and the rows add up to the peak.
+  assert.equal(b.parameter[0], 3877655552);
+  assert.equal(b.optimizer_state[0], 7755294720);
+  assert.equal(b.activation[0], 7308808196);
+  assert.equal(b.total[0], peak);
+  const sum = Object.entries(b).filter(([k]) => k !== 'total').reduce((a, [, v]) => a + v[0], 0);
+  assert.equal(sum, peak, 'categories add up to the peak');
+  assert.match(await page.locator('#iterations h2').textContent(), /Iterations: 1 \(1 complete, one per optimizer step\)/);
+  const total = Number(await page.locator('#budget-terms').getAttribute('data-total'));
+  assert.equal(total + b.gradient[0], peak, 'the budget leaves out the previous step\'s gradients');
+  assert.match(await page.locator('#leaks h2').textContent(), /Leak suspects: 0/);
+
+  const full = await pixels('categories');
+  assert.ok(full.painted > 50000, `painted ${full.painted}`);
+  await page.uncheck('#legend-optimizer_state');
+  await settle();
+  const without = await pixels('categories');
+  assert.notEqual(without.hash, full.hash, 'hiding a category changes the chart');
+  assert.ok(without.painted < full.painted);
+  await page.check('#legend-optimizer_state');
+  await settle();
+  assert.equal((await pixels('categories')).hash, full.hash);
+
+  // A click selects a step: its breakdown adds up to the total there.
+  const box = await page.locator('#categories').boundingBox();
+  await page.mouse.click(box.x + box.width * 0.8, box.y + box.height / 2);
+  await page.waitForFunction(() => /at step \d+/.test(document.querySelector('#breakdown tr th:nth-child(3)')?.textContent));
+  const at = await breakdown();
+  const selSum = Object.entries(at).filter(([k]) => k !== 'total').reduce((a, [, v]) => a + (v[1] ?? 0), 0);
+  assert.equal(selSum, at.total[1]);
+  assert.notEqual(at.total[1], peak);
+  await shot('10-categories');
+
+  // Hover in the timeline says what an allocation is for and which rule said so.
+  await page.click('#mode-timeline');
+  await settle();
+  const tl = await page.locator('#timeline').boundingBox();
+  const peakStep = Number(await page.locator('#timeline').getAttribute('data-peak-step'));
+  const view = await page.evaluate(() => null);
+  assert.equal(view, null);
+  await page.mouse.move(tl.x + 76 + (tl.width - 90) * 0.3, tl.y + tl.height - 30);
+  await page.waitForFunction(() => document.querySelector('#details tr[data-key="category"]'), null, { timeout: 10000 });
+  assert.match(await page.locator('#details tr[data-key="category"] td').textContent(),
+    /^parameter: alive from before the first forward pass to the end: parameter$/);
+  assert.ok(peakStep > 0);
+});
+
+test('planted truths: category bytes at the peak, the leak, user rules', async () => {
+  const a = synth('planted-a', ['--leak', '3M']);
+  await openFile(a.file, a.name);
+  await categories(a.name);
+  const b = await breakdown();
+  for (const [k, v] of Object.entries(a.truth.at_peak)) assert.equal(b[k][0], v, `${k} at the peak`);
+  assert.equal(b.total[0], a.truth.peak_bytes);
+  assert.match(await page.locator('#iterations h2').textContent(), new RegExp(`\\(${a.truth.iterations} complete`));
+  const leak = page.locator('#leaks details.leak');
+  assert.equal(await leak.count(), 1);
+  assert.equal(await leak.getAttribute('data-site'), a.truth.leak.site);
+  assert.equal(Number(await leak.getAttribute('data-growth')), a.truth.leak.bytes_per_iteration);
+
+  // A rule: the leaked tensors become inputs, and the rule says so.
+  await page.fill('#rule-pattern', 'train\\.py:318');
+  await page.selectOption('#rule-category', 'input');
+  await page.click('#rule-add');
+  await page.waitForFunction(() => document.querySelector('#breakdown tr[data-category="input"] td')?.textContent.startsWith('0') === false);
+  const r = await breakdown();
+  // The tensors kept by the earlier iterations are alive at the peak: whole multiples of
+  // the planted size move from activations to inputs.
+  const leaked = r.input[0];
+  assert.ok(leaked > 0 && leaked % a.truth.leak.bytes_per_iteration === 0, `${leaked}`);
+  assert.equal(r.activation[0], b.activation[0] - leaked);
+  assert.match(await page.locator('#rule-use').textContent(), /your rule 1: \/train\\\.py:318\/ on frames/);
+  assert.deepEqual(JSON.parse(await page.evaluate(() => localStorage.getItem('memscape.rules'))),
+    { rules: [{ pattern: 'train\\.py:318', category: 'input', on: 'frame' }] });
+  // Exported, removed, imported back.
+  const [dl] = await Promise.all([page.waitForEvent('download'), page.click('#rules-export')]);
+  const exported = readFileSync(await dl.path(), 'utf8');
+  assert.deepEqual(JSON.parse(exported).rules[0], { pattern: 'train\\.py:318', category: 'input', on: 'frame' });
+  await page.click('.rule-remove');
+  await page.waitForFunction(() => document.querySelectorAll('#rule-list tr.rule').length === 0);
+  await page.waitForFunction(v => document.querySelector('#breakdown tr[data-category="activation"] td')?.textContent.includes(`(${v} bytes)`),
+    b.activation[0]);
+  const file = join(TMP, 'rules.json');
+  writeFileSync(file, exported);
+  await page.setInputFiles('#rules-import', file);
+  await page.waitForFunction(() => document.querySelectorAll('#rule-list tr.rule').length === 1);
+  await page.waitForFunction(v => document.querySelector('#breakdown tr[data-category="input"] td')?.textContent.includes(`(${v} bytes)`), leaked);
+  // A rule that is not a regular expression is refused with a message; nothing changes.
+  await page.fill('#rule-pattern', '(unclosed');
+  await page.click('#rule-add');
+  await page.waitForSelector('#error');
+  assert.match(await page.locator('#error .error-text').textContent(), /category rules: rule 2 \("\(unclosed"\)/);
+  await page.click('#error button');
+  assert.equal(await page.locator('#rule-list tr.rule').count(), 1);
+  await page.click('.rule-remove');
+  await page.waitForFunction(() => document.querySelectorAll('#rule-list tr.rule').length === 0);
+  await shot('11-planted-categories');
+});
+
+test('comparing files: overview per file, the diff of two, alignment and call-site keys', async () => {
+  const a = synth('planted-a', ['--leak', '3M']);
+  const bb = synth('planted-b', ['--leak', '3M', '--extra-activation', '24M']);
+  await openFile(bb.file, bb.name);
+  await page.click('#mode-compare');
+  const rows = page.locator('#files tr.file');
+  await page.waitForFunction(() => document.querySelectorAll('#files tr.file').length === 3);
+  const names = await rows.evaluateAll(r => r.map(x => x.dataset.name));
+  assert.deepEqual(names, [EXAMPLE, a.name, bb.name]);
+  for (const [name, truth] of [[a.name, a.truth], [bb.name, bb.truth]]) {
+    const row = page.locator(`#files tr.file[data-name="${name}"]`);
+    assert.equal(Number(await row.getAttribute('data-peak')), truth.peak_bytes, `${name} peak`);
+  }
+  assert.equal(await page.locator('#diff-hint').count(), 1);
+  await page.locator(`#files tr.file[data-name="${a.name}"] .pick-a`).check();
+  await page.locator(`#files tr.file[data-name="${bb.name}"] .pick-b`).check();
+  await page.waitForSelector('#diff-sites tr.site', { timeout: 30000 });
+  const extra = bb.truth.extra_activation;
+  const top = page.locator('#diff-sites tr.site').first();
+  assert.equal(await top.getAttribute('data-site'), extra.site);
+  assert.equal(Number(await top.getAttribute('data-delta')), extra.bytes);
+  assert.equal(await page.locator('#diff-sites tr.site').count(), 1, 'nothing else changed at the peak');
+  assert.equal(Number(await page.locator('#diff-summary tr[data-key="peak"]').getAttribute('data-delta')), extra.bytes);
+  const alloc = page.locator('#diff-allocs tr.alloc').first();
+  assert.deepEqual(await alloc.evaluate(r => [r.dataset.site, Number(r.dataset.size), Number(r.dataset.a), Number(r.dataset.b)]),
+    [extra.site, extra.bytes, 0, bb.truth.iterations]);
+  assert.match(await page.locator('#diff-segments h2').textContent(), /only in A: 0, only in B: 1/);
+  const byIteration = await pixels('diff-chart');
+  assert.ok(byIteration.painted > 5000, `diff chart painted ${byIteration.painted}`);
+  assert.equal(await page.locator('#diff-axis').getAttribute('data-align'), 'iteration');
+  await shot('12-compare');
+
+  for (const align of ['time', 'event', 'annotation']) {
+    await page.selectOption('#align', align);
+    await page.waitForFunction(al => document.querySelector('#diff-axis')?.dataset.align === al, align);
+    await settle();
+    const px = await pixels('diff-chart');
+    assert.notEqual(px.hash, byIteration.hash, `aligned by ${align}, the chart changes`);
+    assert.equal(await top.getAttribute('data-site'), extra.site);
+  }
+  await page.selectOption('#sites-by', 'stack');
+  await page.waitForFunction(s => document.querySelector('#diff-sites tr.site')?.dataset.site.includes('\n')
+    && document.querySelector('#diff-sites tr.site').dataset.site.includes(s), extra.site);
+  assert.equal(Number(await page.locator('#diff-sites tr.site').first().getAttribute('data-delta')), extra.bytes);
+
+  // Open one from the overview.
+  await page.locator(`#files tr.file[data-name="${a.name}"] .open-file`).click();
+  await page.waitForFunction(n => document.querySelector('.tab.active .tab-name')?.textContent === n
+    && getComputedStyle(document.getElementById('timeline-view')).display !== 'none', a.name);
+
+  // Nothing left the page; nothing complained.
+  const foreign = requests.filter(u => !u.startsWith(srv.url) && !u.startsWith('blob:') && !u.startsWith('data:'));
+  assert.deepEqual(foreign, []);
+  assert.deepEqual(consoleErrors, []);
+});
