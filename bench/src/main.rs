@@ -105,6 +105,30 @@ fn child(kind: &str, path: &Path, runs: usize) -> anyhow::Result<()> {
                 state.push(t.elapsed().as_secs_f64());
             }
             let state_max = state.iter().copied().fold(0.0, f64::max);
+            // Categories: classification and the per-step sweep, then the view's queries.
+            let rules = snapshot::categories::Compiled::default();
+            let t = Instant::now();
+            let cats = snapshot::categories::analyze(&snap, &tl, &rules);
+            let categories = t.elapsed().as_secs_f64();
+            let mut cat_cols = Vec::new();
+            for k in 0..20 {
+                let w = n / f64::from(1u32 << (k % 10));
+                let start = (n - w) / 2.0;
+                let t = Instant::now();
+                std::hint::black_box(cats.columns(&tl, start, start + w, 1500));
+                cat_cols.push(t.elapsed().as_secs_f64());
+            }
+            let t = Instant::now();
+            let prof = snapshot::diff::profile(&snap, &tl, &cats);
+            let profile = t.elapsed().as_secs_f64();
+            let t = Instant::now();
+            std::hint::black_box(snapshot::diff::diff(
+                &prof,
+                &prof,
+                snapshot::diff::Align::Iteration,
+                snapshot::diff::SiteMode::Frame,
+            ));
+            let diff = t.elapsed().as_secs_f64();
             let lod_max = lod.iter().copied().fold(0.0, f64::max);
             let hover_max = hover.iter().copied().fold(0.0, f64::max);
             json!({
@@ -112,6 +136,9 @@ fn child(kind: &str, path: &Path, runs: usize) -> anyhow::Result<()> {
                 "lod_median_s": median(lod), "lod_max_s": lod_max, "lod_max_bands": bands,
                 "hover_median_s": median(hover), "hover_max_s": hover_max,
                 "state_build_s": state_build, "state_median_s": median(state), "state_max_s": state_max,
+                "categories_s": categories, "cat_columns_median_s": median(cat_cols.clone()),
+                "cat_columns_max_s": cat_cols.iter().copied().fold(0.0, f64::max),
+                "iterations": cats.iterations.len(), "profile_s": profile, "diff_s": diff,
             })
         }
         other => bail!("unknown child {other}"),
@@ -227,6 +254,10 @@ fn main() -> anyhow::Result<()> {
             ms("state_build_s"),
             ms("state_median_s"),
             ms("state_max_s")
+        );
+        println!(
+            "categories ({} iterations): analysed in {:.0} ms (the layout above: {:.0} ms); category columns 1500 px: median {:.2} ms, max {:.2} ms; diff profile {:.0} ms, diff {:.1} ms",
+            a["iterations"], ms("categories_s"), ms("layout_s"), ms("cat_columns_median_s"), ms("cat_columns_max_s"), ms("profile_s"), ms("diff_s")
         );
     }
     Ok(())

@@ -66,14 +66,35 @@ pub struct Profile {
     pub annotations: Vec<(String, u32)>,
 }
 
-fn site_text(snap: &Snapshot, stack: Option<StackId>, cache: &mut FxHashMap<StackId, String>) -> String {
-    let Some(s) = stack else { return "(no stack)".into() };
-    cache
-        .entry(s)
-        .or_insert_with(|| {
-            call_site(snap, s).map_or("(no frames)".into(), |f| frame_line(snap, &snap.frames[f.0 as usize]))
-        })
-        .clone()
+/// Call sites by stack, each named once.
+#[derive(Default)]
+struct Sites {
+    of_stack: FxHashMap<StackId, u32>,
+    ids: FxHashMap<String, u32>,
+    names: Vec<String>,
+}
+
+impl Sites {
+    fn id(&mut self, snap: &Snapshot, stack: Option<StackId>) -> u32 {
+        let Some(s) = stack else { return self.named("(no stack)") };
+        if let Some(&k) = self.of_stack.get(&s) {
+            return k;
+        }
+        let name = call_site(snap, s).map_or("(no frames)".into(), |f| frame_line(snap, &snap.frames[f.0 as usize]));
+        let k = self.named(&name);
+        self.of_stack.insert(s, k);
+        k
+    }
+
+    fn named(&mut self, name: &str) -> u32 {
+        if let Some(&k) = self.ids.get(name) {
+            return k;
+        }
+        self.names.push(name.to_string());
+        let k = (self.names.len() - 1) as u32;
+        self.ids.insert(name.to_string(), k);
+        k
+    }
 }
 
 fn group(rows: FxHashMap<String, (u64, u32)>) -> Vec<SiteBytes> {
@@ -88,14 +109,15 @@ pub fn profile(snap: &Snapshot, tl: &Timeline, cats: &Categories) -> Profile {
     let device = tl.device();
     let trace = snap.trace(device);
     let els = tl.elements();
-    let mut cache = FxHashMap::default();
+    let mut names = Sites::default();
     let mut sites: FxHashMap<String, (u64, u32)> = FxHashMap::default();
     let mut stacks: FxHashMap<String, (u64, u32)> = FxHashMap::default();
     let peak_step = tl.peak_step();
     if tl.n_steps() > 0 || !els.is_empty() {
         for id in tl.live_at(peak_step, 0) {
             let e = &els[id as usize];
-            let s = sites.entry(site_text(snap, e.stack, &mut cache)).or_default();
+            let site = names.id(snap, e.stack);
+            let s = sites.entry(names.names[site as usize].clone()).or_default();
             s.0 += e.size;
             s.1 += 1;
             let key = e.stack.map_or("(no stack)".to_string(), |st| stack_lines(snap, st, true).join("\n"));
@@ -104,11 +126,12 @@ pub fn profile(snap: &Snapshot, tl: &Timeline, cats: &Categories) -> Profile {
             s.1 += 1;
         }
     }
-    let mut allocs: FxHashMap<(String, u64), u32> = FxHashMap::default();
+    let mut allocs: FxHashMap<(u32, u64), u32> = FxHashMap::default();
     for e in els.iter().filter(|e| e.origin == Origin::Traced) {
-        *allocs.entry((site_text(snap, e.stack, &mut cache), e.size)).or_default() += 1;
+        *allocs.entry((names.id(snap, e.stack), e.size)).or_default() += 1;
     }
-    let mut allocs: Vec<(String, u64, u32)> = allocs.into_iter().map(|((s, b), n)| (s, b, n)).collect();
+    let mut allocs: Vec<(String, u64, u32)> =
+        allocs.into_iter().map(|((s, b), n)| (names.names[s as usize].clone(), b, n)).collect();
     allocs.sort();
     let segments = snap
         .segments
@@ -126,7 +149,10 @@ pub fn profile(snap: &Snapshot, tl: &Timeline, cats: &Categories) -> Profile {
                 address: s.address,
                 size: s.total_size,
                 stream: s.stream,
-                site: site_text(snap, largest, &mut cache),
+                site: {
+                    let k = names.id(snap, largest);
+                    names.names[k as usize].clone()
+                },
             }
         })
         .collect();

@@ -157,3 +157,57 @@ fn capture_without_a_driver_says_so_and_fails() {
     assert!(err.contains("NVIDIA GPU") && err.contains("libcuda"), "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
 }
+
+/// `synth --truth`, `stats --json` categories and leaks, `diff --json`, `--rules`: the planted
+/// answers come out of the real binary.
+#[test]
+fn planted_truths_through_the_command_line() {
+    let dir = std::env::temp_dir().join(format!("memscape-cli-planted-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = |n: &str| dir.join(n).to_str().unwrap().to_string();
+    let base = ["synth", "--entries", "8000", "--layers", "4", "--seed", "5", "--leak", "2M"];
+    let out = memscape(&[&base[..], &["-o", &p("a.pickle"), "--truth", &p("a.json")]].concat());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = memscape(&[&base[..], &["--extra-activation", "8M", "-o", &p("b.pickle")]].concat());
+    assert!(out.status.success());
+    let truth: Value = serde_json::from_slice(&std::fs::read(p("a.json")).unwrap()).unwrap();
+
+    let s = stats_json(std::path::Path::new(&p("a.pickle")));
+    let c = &s["categories"][0];
+    assert_eq!(c["peak_bytes"], truth["peak_bytes"]);
+    for row in c["at_peak"].as_array().unwrap() {
+        let key = row["category"].as_str().unwrap();
+        assert_eq!(row["bytes"], truth["at_peak"][key], "{key}");
+    }
+    assert_eq!(c["leaks"][0]["site"], "train.py:318:train_step");
+    assert_eq!(c["leaks"][0]["bytes_per_iteration"], 2 << 20);
+    assert_eq!(
+        c["iterations"].as_array().unwrap().iter().filter(|i| i["complete"] == true).count() as u64,
+        truth["iterations"].as_u64().unwrap()
+    );
+
+    let out = memscape(&["diff", "--json", "--align", "time", &p("a.pickle"), &p("b.pickle")]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let d: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(d["align"], "time");
+    assert_eq!(d["sites"][0]["site"], "model.py:230:Head.forward");
+    assert_eq!(d["sites"][0]["b"].as_u64().unwrap() - d["sites"][0]["a"].as_u64().unwrap(), 8 << 20);
+    let text = String::from_utf8(memscape(&["diff", &p("a.pickle"), &p("b.pickle")]).stdout).unwrap();
+    assert!(text.contains("8.0MiB  0.0B -> 8.0MiB  model.py:230:Head.forward"), "{text}");
+
+    // A rule moves the leak to `input`; a broken rules file is refused with its name.
+    std::fs::write(p("rules.json"), r#"{"rules":[{"pattern":"train\\.py:318","category":"input"}]}"#).unwrap();
+    let out = memscape(&["stats", "--json", "--rules", &p("rules.json"), &p("a.pickle")]);
+    let s: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let input = s["categories"][0]["at_peak"].as_array().unwrap().iter().find(|r| r["category"] == "input").unwrap()
+        ["bytes"]
+        .as_u64()
+        .unwrap();
+    assert!(input > 0 && input % (2 << 20) == 0, "{input}");
+    std::fs::write(p("bad.json"), r#"{"rules":[{"pattern":"(","category":"input"}]}"#).unwrap();
+    let out = memscape(&["stats", "--rules", &p("bad.json"), &p("a.pickle")]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bad.json: rule 1"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
