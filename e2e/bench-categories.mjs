@@ -23,5 +23,5 @@ await page.click('#mode-compare');
 await page.locator('.pick-a').first().check(); await page.locator('.pick-b').first().check();
 await page.waitForSelector('#diff-summary', { timeout: 300000 });
 const t5 = Date.now();
-console.log(JSON.stringify({ open_s: (t1 - t0) / 1000, categories_ms: t2 - t1, click_ms: t4 - t3, self_diff_ms: t5 - t4err }));
+console.log(JSON.stringify({ open_s: (t1 - t0) / 1000, categories_ms: t2 - t1, click_ms: t4 - t3, self_diff_ms: t5 - t4, error: err ?? null }));
 await ctx.close(); await srv.close();
