@@ -325,8 +325,11 @@ pub enum IterationSource {
 #[derive(Clone, Debug)]
 pub struct Categories {
     classes: Vec<Class>,
-    step_elem: Vec<u32>,
-    step_phase: Vec<Phase>,
+    /// The category of the element that changes at each step (the amount is the change of
+    /// the timeline's total there): one byte a step.
+    step_cat: Vec<u8>,
+    /// Runs of phases over the steps: (first step, phase).
+    phase_runs: Vec<(u32, Phase)>,
     checkpoints: Vec<[u64; N]>,
     /// Highest bytes of each category over the trace.
     pub max: [u64; N],
@@ -619,24 +622,29 @@ pub fn analyze(snap: &Snapshot, tl: &Timeline, compiled: &Compiled) -> Categorie
         })
         .collect();
 
-    // Which element changes at each step, and the phase of each step.
+    // The category that changes at each step, and runs of phases over the steps.
     let els = tl.elements();
-    let mut step_elem = vec![u32::MAX; n_steps as usize];
-    for (id, e) in els.iter().enumerate() {
-        if e.origin == Origin::Traced && (e.start as usize) < step_elem.len() {
-            step_elem[e.start as usize] = id as u32;
+    let mut step_cat = vec![u8::MAX; n_steps as usize];
+    for (e, cl) in els.iter().zip(&classes) {
+        if e.origin == Origin::Traced && (e.start as usize) < step_cat.len() {
+            step_cat[e.start as usize] = cl.category as u8;
         }
-        if (e.end as usize) < step_elem.len() {
-            step_elem[e.end as usize] = id as u32;
+        if (e.end as usize) < step_cat.len() {
+            step_cat[e.end as usize] = cl.category as u8;
         }
     }
-    let step_phase: Vec<Phase> =
-        (0..n_steps).map(|s| tl.step_entry(s).map_or(Phase::Other, |e| phases[e as usize])).collect();
+    let mut phase_runs: Vec<(u32, Phase)> = Vec::new();
+    for s in 0..n_steps {
+        let p = tl.step_entry(s).map_or(Phase::Other, |e| phases[e as usize]);
+        if phase_runs.last().is_none_or(|r| r.1 != p) {
+            phase_runs.push((s, p));
+        }
+    }
 
     let mut c = Categories {
         classes,
-        step_elem,
-        step_phase,
+        step_cat,
+        phase_runs,
         checkpoints: Vec::new(),
         max: [0; N],
         at_peak: [0; N],
@@ -672,17 +680,20 @@ impl Categories {
 
     /// The phase of a step.
     pub fn phase(&self, step: u32) -> Phase {
-        self.step_phase.get(step as usize).copied().unwrap_or(Phase::Other)
+        match self.phase_runs.partition_point(|r| r.0 <= step) {
+            0 => Phase::Other,
+            k => self.phase_runs[k - 1].1,
+        }
     }
 
+    /// Applies the change at `step` (> 0): the total's change, to the category of the element
+    /// allocated or freed there.
     fn apply(&self, tl: &Timeline, step: u32, bytes: &mut [u64; N]) {
-        let Some(&id) = self.step_elem.get(step as usize) else { return };
-        let Some(e) = tl.elements().get(id as usize) else { return };
-        let k = self.classes[id as usize].category.index();
-        if e.start == step && e.origin == Origin::Traced {
-            bytes[k] += e.size;
-        } else if e.end == step {
-            bytes[k] = bytes[k].saturating_sub(e.size);
+        let Some(&k) = self.step_cat.get(step as usize) else { return };
+        let t = tl.totals();
+        let (Some(&now), Some(&before)) = (t.get(step as usize), t.get(step as usize - 1)) else { return };
+        if let Some(b) = bytes.get_mut(usize::from(k)) {
+            *b = (*b + now).saturating_sub(before);
         }
     }
 
