@@ -865,7 +865,7 @@ impl Categories {
         }
         let mut live: FxHashMap<FrameId, (Vec<u64>, Vec<u32>, StackId)> = FxHashMap::default();
         let mut sites: FxHashMap<StackId, Option<FrameId>> = FxHashMap::default();
-        for (id, (e, cl)) in tl.elements().iter().zip(&self.classes).enumerate() {
+        for (e, cl) in tl.elements().iter().zip(&self.classes) {
             if e.origin != Origin::Traced
                 || matches!(cl.category, Category::Parameter | Category::OptimizerState | Category::Gradient)
             {
@@ -884,7 +884,6 @@ impl Categories {
                 bytes[k] += e.size;
                 count[k] += 1;
             }
-            let _ = id;
         }
         let mut leaks: Vec<Leak> = live
             .into_iter()
