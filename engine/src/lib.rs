@@ -523,9 +523,8 @@ impl Doc {
 /// name, innermost first; an END without a START starts at step 0 and a START without an
 /// END runs to the end, both flagged so the page can show them.
 fn spans(snap: &Snapshot, tl: &Timeline, device: u32) -> Vec<SpanVm> {
-    let Some(ann) = &snap.external_annotations else { return Vec::new() };
     let trace = snap.trace(device as usize);
-    if !trace.has_time() {
+    if snap.external_annotations.is_none() || !trace.has_time() {
         return Vec::new();
     }
     let times: Vec<i64> = (0..tl.n_actions() as u32)
@@ -533,39 +532,18 @@ fn spans(snap: &Snapshot, tl: &Timeline, device: u32) -> Vec<SpanVm> {
         .collect();
     let step_at = |t: i64| times.partition_point(|&x| x < t) as f64;
     let n = f64::from(tl.n_steps());
-    let mut open: Vec<(String, f64)> = Vec::new();
-    let mut out = Vec::new();
-    for a in ann.iter().filter(|a| a.device < 0 || a.device == i64::from(device)) {
-        let name = snap.str(a.name).to_string();
-        let at = step_at(a.time_us);
-        match snap.str(a.stage) {
-            "START" => open.push((name, at)),
-            "END" => match open.iter().rposition(|(n, _)| *n == name) {
-                Some(k) => {
-                    let (name, start) = open.remove(k);
-                    out.push(SpanVm {
-                        name,
-                        start,
-                        end: at.max(start),
-                        depth: k as u32,
-                        unmatched_end: false,
-                        unmatched_start: false,
-                    });
-                }
-                None => out.push(SpanVm {
-                    name,
-                    start: 0.0,
-                    end: at,
-                    depth: open.len() as u32,
-                    unmatched_end: true,
-                    unmatched_start: false,
-                }),
-            },
-            _ => {}
-        }
-    }
-    for (k, (name, start)) in open.into_iter().enumerate() {
-        out.push(SpanVm { name, start, end: n, depth: k as u32, unmatched_end: false, unmatched_start: true });
-    }
-    out
+    snapshot::categories::spans(snap, device as usize)
+        .into_iter()
+        .map(|sp| {
+            let start = sp.start_us.map_or(0.0, step_at);
+            SpanVm {
+                name: snap.str(sp.name).to_string(),
+                start,
+                end: sp.end_us.map_or(n, |t| step_at(t).max(start)),
+                depth: sp.depth,
+                unmatched_end: sp.start_us.is_none(),
+                unmatched_start: sp.end_us.is_none(),
+            }
+        })
+        .collect()
 }

@@ -428,6 +428,48 @@ pub fn annotation_phase(name: &str) -> Option<Phase> {
     }
 }
 
+/// One `record_function` span: a START and its END (matched by name, innermost first).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Span {
+    /// The name.
+    pub name: crate::StrId,
+    /// µs of the START (`None`: an END without a START, open since before the trace).
+    pub start_us: Option<i64>,
+    /// µs of the END (`None`: a START without an END, still open at the end).
+    pub end_us: Option<i64>,
+    /// How many spans were open around it when it closed (or at the end).
+    pub depth: u32,
+}
+
+/// The `record_function` spans of one device (annotations with device -1 count for all), in
+/// the order they close; those still open at the end last.
+pub fn spans(snap: &Snapshot, device: usize) -> Vec<Span> {
+    let mut open: Vec<(crate::StrId, i64)> = Vec::new();
+    let mut out = Vec::new();
+    for a in snap.external_annotations.iter().flatten() {
+        if a.device >= 0 && a.device != device as i64 {
+            continue;
+        }
+        match snap.str(a.stage) {
+            "START" => open.push((a.name, a.time_us)),
+            "END" => match open.iter().rposition(|(n, _)| *n == a.name) {
+                Some(k) => {
+                    let (name, start) = open.remove(k);
+                    out.push(Span { name, start_us: Some(start), end_us: Some(a.time_us.max(start)), depth: k as u32 });
+                }
+                None => {
+                    out.push(Span { name: a.name, start_us: None, end_us: Some(a.time_us), depth: open.len() as u32 })
+                }
+            },
+            _ => {}
+        }
+    }
+    for (k, (name, start)) in open.into_iter().enumerate() {
+        out.push(Span { name, start_us: Some(start), end_us: None, depth: k as u32 });
+    }
+    out
+}
+
 /// `record_function` spans of one device flattened into time intervals, each with its
 /// innermost open span; spans know their parent.
 struct Windows {
@@ -442,26 +484,10 @@ struct Windows {
 
 impl Windows {
     fn build(snap: &Snapshot, device: usize, rules: &[(u16, &Regex)]) -> Windows {
-        let mut spans: Vec<(i64, i64, &str)> = Vec::new();
-        let mut open: Vec<(&str, i64)> = Vec::new();
-        for a in snap.external_annotations.iter().flatten() {
-            if a.device >= 0 && a.device != device as i64 {
-                continue;
-            }
-            let name = snap.str(a.name);
-            match snap.str(a.stage) {
-                "START" => open.push((name, a.time_us)),
-                "END" => match open.iter().rposition(|(n, _)| *n == name) {
-                    Some(k) => {
-                        let (_, start) = open.remove(k);
-                        spans.push((start, a.time_us.max(start), name));
-                    }
-                    None => spans.push((i64::MIN, a.time_us, name)),
-                },
-                _ => {}
-            }
-        }
-        spans.extend(open.into_iter().map(|(name, start)| (start, i64::MAX - 1, name)));
+        let mut spans: Vec<(i64, i64, &str)> = spans(snap, device)
+            .into_iter()
+            .map(|sp| (sp.start_us.unwrap_or(i64::MIN), sp.end_us.unwrap_or(i64::MAX - 1), snap.str(sp.name)))
+            .collect();
         spans.sort_by_key(|s| (s.0, std::cmp::Reverse(s.1)));
         let mut bounds: Vec<i64> = spans.iter().flat_map(|s| [s.0, s.1.saturating_add(1)]).collect();
         bounds.sort_unstable();

@@ -279,6 +279,10 @@ pub struct Aligned {
     pub x: f64,
     pub a: Option<u64>,
     pub b: Option<u64>,
+    /// B - A of the highest totals in this bucket and its two neighbours: the two runs' peaks
+    /// rarely fall in the same bucket, and a plain difference of the buckets would show that
+    /// shift as spikes.
+    pub delta: Option<i128>,
 }
 
 /// What changed from A to B.
@@ -420,7 +424,18 @@ pub fn diff(a: &Profile, b: &Profile, align: Align, sites_by: SiteMode) -> Diff 
         let k = CURVE / 2;
         let hi = if hi > lo { hi } else { lo + 1.0 };
         let (ra, rb) = (resample(&pa, lo, hi, k), resample(&pb, lo, hi, k));
-        (0..k).map(|j| Aligned { x: lo + (hi - lo) * j as f64 / k as f64, a: ra[j], b: rb[j] }).collect()
+        let near = |r: &[Option<u64>], j: usize| -> Option<u64> {
+            r[j]?;
+            r[j.saturating_sub(1)..(j + 2).min(k)].iter().flatten().copied().max()
+        };
+        (0..k)
+            .map(|j| Aligned {
+                x: lo + (hi - lo) * j as f64 / k as f64,
+                a: ra[j],
+                b: rb[j],
+                delta: near(&ra, j).zip(near(&rb, j)).map(|(a, b)| i128::from(b) - i128::from(a)),
+            })
+            .collect()
     } else {
         Vec::new()
     };

@@ -91,6 +91,13 @@ fn the_diff_of_two_runs_differing_by_one_activation_puts_it_first() {
         assert_eq!((d.allocs[0].site.as_str(), d.allocs[0].size), (EXTRA_SITE, extra));
         assert_eq!((d.allocs[0].count_a, d.allocs[0].count_b), (0, truth_b.iterations as u32));
         assert!(d.curve.iter().any(|p| p.b > p.a), "B is above A somewhere");
+        // The difference strip shows the planted bytes most of the time.
+        let deltas: Vec<i128> = d.curve.iter().filter_map(|p| p.delta).collect();
+        let exact = deltas.iter().filter(|&&v| v == i128::from(extra)).count();
+        // (By event index or time B drifts: it has more events per iteration.)
+        if matches!(align, Align::Iteration | Align::Annotation) {
+            assert!(exact * 2 > deltas.len(), "{align:?}: {exact} of {} buckets", deltas.len());
+        }
     }
     // Keyed by whole stack, the top row is the planted stack.
     let d = diff(&pa, &pb, Align::Event, SiteMode::Stack);
