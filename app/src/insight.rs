@@ -129,6 +129,12 @@ impl I {
                 }
             });
         });
+        // A selected step belongs to its file and device.
+        let where_ = Memo::new(move |_| s.tab().map(|t| (t.info.doc, t.device)));
+        Effect::new(move |_| {
+            where_.track();
+            i.at.set(None);
+        });
         // A closed file leaves the comparison.
         Effect::new(move |_| {
             let docs = docs.get();
