@@ -142,23 +142,7 @@ pub fn timeline(canvas: &HtmlCanvasElement, vm: &ViewModel, o: &Overlay, th: &Th
     let col_w = (w - LEFT - RIGHT) / cols;
     let x_of_step = |s: f64| LEFT + (s - o.start) / (o.end - o.start) * (w - LEFT - RIGHT);
 
-    // Grid and y axis.
-    ctx.set_font("11px system-ui, sans-serif");
-    ctx.set_text_baseline("middle");
-    ctx.set_text_align("right");
-    let step = byte_step(vm.y_max.max(1));
-    let mut t = 0u64;
-    while (t as f64) <= y_max {
-        let yy = y(t as f64).round() + 0.5;
-        ctx.set_stroke_style_str(&th.grid);
-        ctx.begin_path();
-        ctx.move_to(LEFT, yy);
-        ctx.line_to(w - RIGHT, yy);
-        ctx.stroke();
-        ctx.set_fill_style_str(&th.fg);
-        let _ = ctx.fill_text(&format_size(i128::from(t)), LEFT - 6.0, yy);
-        t += step;
-    }
+    y_grid(&ctx, w, vm.y_max, y_max, &y, th);
 
     // The bands, summaries, search hits and pin, rasterized by the engine.
     let (n_cols, n_rows) = (vm.columns.len() as u32, (vm.pixels.len() / 4 / vm.columns.len().max(1)) as u32);
@@ -367,11 +351,12 @@ pub fn state_map(canvas: &HtmlCanvasElement, st: &StateView, th: &Theme) {
 /// Plot geometry of the category and diff charts.
 pub const CHART_TOP: f64 = 10.0;
 
-fn y_grid(ctx: &Ctx, w: f64, y_max: f64, y: &dyn Fn(f64) -> f64, th: &Theme) {
+/// Grid lines and byte labels up to `y_max`, ticks spaced for a highest value of `top`.
+fn y_grid(ctx: &Ctx, w: f64, top: u64, y_max: f64, y: &dyn Fn(f64) -> f64, th: &Theme) {
     ctx.set_font("11px system-ui, sans-serif");
     ctx.set_text_baseline("middle");
     ctx.set_text_align("right");
-    let step = byte_step((y_max / engine::HEADROOM) as u64);
+    let step = byte_step(top.max(1));
     let mut t = 0u64;
     while (t as f64) <= y_max {
         let yy = y(t as f64).round() + 0.5;
@@ -425,7 +410,7 @@ pub fn categories(
     let plot_h = bottom - CHART_TOP;
     let y_max = vm.report.peak_bytes.max(1) as f64 * engine::HEADROOM;
     let y = |b: f64| bottom - b / y_max * plot_h;
-    y_grid(&ctx, w, y_max, &y, th);
+    y_grid(&ctx, w, vm.report.peak_bytes, y_max, &y, th);
     let cw = (w - LEFT - RIGHT) / vm.columns.len().max(1) as f64;
     for (c, (step, bytes)) in vm.columns.iter().enumerate() {
         if *step == u32::MAX {
@@ -467,7 +452,7 @@ pub fn diff(canvas: &HtmlCanvasElement, d: &engine::protocol::Diff, th: &Theme) 
     let top = d.curve.iter().flat_map(|p| [p.a, p.b]).flatten().max().unwrap_or(1).max(1);
     let y_max = top as f64 * engine::HEADROOM;
     let y = |b: f64| totals_bottom - b / y_max * plot_h;
-    y_grid(&ctx, w, y_max, &y, th);
+    y_grid(&ctx, w, top, y_max, &y, th);
     let (lo, hi) = match (d.curve.first(), d.curve.last()) {
         (Some(a), Some(b)) if b.x > a.x => (a.x, b.x),
         _ => return,

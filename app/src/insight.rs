@@ -349,18 +349,10 @@ fn RulesEditor(s: S, i: I) -> impl IntoView {
         }
     };
     let export = move |_| {
-        let json = i.rules.get_untracked().to_json();
-        let parts = js_sys::Array::of1(&js_sys::JsString::from(json));
-        let opts = web_sys::BlobPropertyBag::new();
-        opts.set_type("application/json");
-        let Ok(blob) = web_sys::Blob::new_with_str_sequence_and_options(&parts, &opts) else { return };
-        let Ok(url) = web_sys::Url::create_object_url_with_blob(&blob) else { return };
-        let Some(doc) = web_sys::window().and_then(|w| w.document()) else { return };
-        if let Ok(a) = doc.create_element("a") {
-            let a: web_sys::HtmlAnchorElement = wasm_bindgen::JsCast::unchecked_into(a);
-            a.set_href(&url);
-            a.set_download("memscape-rules.json");
-            a.click();
+        if let Err(e) =
+            crate::save::download("memscape-rules.json", "application/json", i.rules.get_untracked().to_json())
+        {
+            s.error.set(Some(format!("could not export the rules: {e}")));
         }
     };
     let import = move |e: leptos::ev::Event| {

@@ -63,14 +63,19 @@ pub async fn save(name: String, blob: web_sys::Blob) -> Result<(), String> {
         .await
         .map_err(|e| format!("{name}: the browser could not read the file again: {e}"))?;
     let html = offline::page(&assets, &name, &bytes);
-    let parts = js_sys::Array::of1(&js_sys::JsString::from(html));
+    download(&format!("{name}.html"), "text/html", html)
+}
+
+/// Hands `text` to the browser as a download named `name`.
+pub fn download(name: &str, mime: &str, text: String) -> Result<(), String> {
+    let parts = js_sys::Array::of1(&js_sys::JsString::from(text));
     let opts = web_sys::BlobPropertyBag::new();
-    opts.set_type("text/html");
+    opts.set_type(mime);
     let out = web_sys::Blob::new_with_str_sequence_and_options(&parts, &opts).map_err(|e| format!("{e:?}"))?;
     let url = web_sys::Url::create_object_url_with_blob(&out).map_err(|e| format!("{e:?}"))?;
     let a: web_sys::HtmlAnchorElement = document()?.create_element("a").map_err(|e| format!("{e:?}"))?.unchecked_into();
     a.set_href(&url);
-    a.set_download(&format!("{name}.html"));
+    a.set_download(name);
     a.click();
     Ok(())
 }

@@ -237,16 +237,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 eprintln!("memscape: {}: warning: {w}", file.display());
             }
             let snap = &loaded.snapshot;
-            let summary = snapshot::stats::summary(snap);
             let mut categories = Vec::new();
-            for d in snap.devices() {
+            let summary = snapshot::stats::summary_with(snap, |tl| {
+                let d = tl.device();
                 if snap.trace(d).is_empty() && !snap.segments.iter().any(|s| s.device == d as i64) {
-                    continue;
+                    return;
                 }
-                let tl = Timeline::build(snap, d, TimelineKind::Blocks);
-                let cats = snapshot::categories::analyze(snap, &tl, &rules);
-                categories.push(cats.report(&tl, rules.rules()));
-            }
+                let cats = snapshot::categories::analyze(snap, tl, &rules);
+                categories.push(cats.report(tl, rules.rules()));
+            });
             let mut out = std::io::stdout().lock();
             if json {
                 #[derive(serde::Serialize)]

@@ -71,7 +71,7 @@ struct Doc {
     states: HashMap<u32, StateIndex>,
     rules: Compiled,
     /// Categories per device, made with `rules`.
-    cats: HashMap<u32, Categories>,
+    cats: HashMap<u32, (Categories, Report)>,
 }
 
 /// The open files.
@@ -243,15 +243,20 @@ impl Doc {
     fn categories(&mut self, device: u32) -> &Categories {
         self.lane(device, Kind::Blocks);
         let (snap, lanes, rules) = (&self.snap, &self.lanes, &self.rules);
-        self.cats
-            .entry(device)
-            .or_insert_with(|| snapshot::categories::analyze(snap, &lanes[&(device, Kind::Blocks)].timeline, rules))
+        let (cats, _) = self.cats.entry(device).or_insert_with(|| {
+            // The findings are made once with the categories; views only add columns.
+            let tl = &lanes[&(device, Kind::Blocks)].timeline;
+            let cats = snapshot::categories::analyze(snap, tl, rules);
+            let report = cats.report(tl, rules.rules());
+            (cats, report)
+        });
+        cats
     }
 
     fn categories_vm(&mut self, device: u32, start: f64, end: f64, columns: u32, at: Option<u32>) -> CategoriesVm {
         self.categories(device);
         let tl = &self.lanes[&(device, Kind::Blocks)].timeline;
-        let cats = &self.cats[&device];
+        let (cats, report) = &self.cats[&device];
         let n = f64::from(tl.n_steps());
         let (start, end) = if end > start { (start, end) } else { (0.0, n) };
         let at = at.filter(|&s| s < tl.n_steps());
@@ -261,7 +266,7 @@ impl Doc {
             end,
             columns: cats.columns(tl, start, end, columns),
             colours: CATEGORY_COLOURS,
-            report: cats.report(tl, self.rules.rules()),
+            report: report.clone(),
             selected: at.map(|s| (s, cats.bytes_at(tl, s))),
             selected_total: at.map(|s| tl.totals()[s as usize]),
         }
@@ -270,7 +275,7 @@ impl Doc {
     fn profile(&mut self, device: u32) -> Profile {
         self.categories(device);
         let tl = &self.lanes[&(device, Kind::Blocks)].timeline;
-        snapshot::diff::profile(&self.snap, tl, &self.cats[&device])
+        snapshot::diff::profile(&self.snap, tl, &self.cats[&device].0)
     }
 
     fn lane(&mut self, device: u32, kind: Kind) -> &mut Lane {

@@ -335,8 +335,6 @@ pub struct Categories {
     pub max: [u64; N],
     /// Bytes per category at the timeline's peak.
     pub at_peak: [u64; N],
-    /// The peak step.
-    pub peak_step: u32,
     /// Iterations in order.
     pub iterations: Vec<Iteration>,
     /// How they were found.
@@ -674,7 +672,6 @@ pub fn analyze(snap: &Snapshot, tl: &Timeline, compiled: &Compiled) -> Categorie
         checkpoints: Vec::new(),
         max: [0; N],
         at_peak: [0; N],
-        peak_step: tl.peak_step(),
         iterations: Vec::new(),
         iteration_source: IterationSource::None,
         leaks: Vec::new(),
@@ -723,20 +720,11 @@ impl Categories {
         }
     }
 
-    fn at_start(&self, tl: &Timeline) -> [u64; N] {
+    /// Bytes per category of the elements that pass `keep`.
+    fn sum_of(&self, tl: &Timeline, keep: impl Fn(&crate::timeline::Element) -> bool) -> [u64; N] {
         let mut b = [0; N];
         for (e, cl) in tl.elements().iter().zip(&self.classes) {
-            if e.start == 0 && e.end > 0 {
-                b[cl.category.index()] += e.size;
-            }
-        }
-        b
-    }
-
-    fn before_trace(&self, tl: &Timeline) -> [u64; N] {
-        let mut b = [0; N];
-        for (e, cl) in tl.elements().iter().zip(&self.classes) {
-            if e.origin != Origin::Traced {
+            if keep(e) {
                 b[cl.category.index()] += e.size;
             }
         }
@@ -746,7 +734,7 @@ impl Categories {
     /// One pass over every step: checkpoints, highest values, the peak's breakdown, budget.
     fn sweep(&mut self, tl: &Timeline) {
         let n = tl.n_steps();
-        let mut b = self.at_start(tl);
+        let mut b = self.sum_of(tl, |e| e.start == 0 && e.end > 0);
         let (mut grad_int, mut grad_only, mut acts) = (0u64, 0u64, 0u64);
         let mut saw_optimizer = false;
         for s in 0..n {
@@ -759,7 +747,7 @@ impl Categories {
             for (m, &v) in self.max.iter_mut().zip(&b) {
                 *m = (*m).max(v);
             }
-            if s == self.peak_step {
+            if s == tl.peak_step() {
                 self.at_peak = b;
             }
             let g = b[Category::Gradient.index()];
@@ -771,7 +759,7 @@ impl Categories {
             acts = acts.max(b[Category::Activation.index()] + b[Category::Input.index()]);
         }
         // Before the first event (what was alive before recording) can be the peak.
-        let before = self.before_trace(tl);
+        let before = self.sum_of(tl, |e| e.origin != Origin::Traced);
         if before.iter().sum::<u64>() > tl.totals().iter().copied().max().unwrap_or(0) {
             self.at_peak = before;
         }

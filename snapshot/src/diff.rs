@@ -112,6 +112,7 @@ pub fn profile(snap: &Snapshot, tl: &Timeline, cats: &Categories) -> Profile {
     let mut names = Sites::default();
     let mut sites: FxHashMap<String, (u64, u32)> = FxHashMap::default();
     let mut stacks: FxHashMap<String, (u64, u32)> = FxHashMap::default();
+    let mut stack_text: FxHashMap<Option<StackId>, String> = FxHashMap::default();
     let peak_step = tl.peak_step();
     if tl.n_steps() > 0 || !els.is_empty() {
         for id in tl.live_at(peak_step, 0) {
@@ -120,8 +121,10 @@ pub fn profile(snap: &Snapshot, tl: &Timeline, cats: &Categories) -> Profile {
             let s = sites.entry(names.names[site as usize].clone()).or_default();
             s.0 += e.size;
             s.1 += 1;
-            let key = e.stack.map_or("(no stack)".to_string(), |st| stack_lines(snap, st, true).join("\n"));
-            let s = stacks.entry(key).or_default();
+            let key = stack_text.entry(e.stack).or_insert_with(|| {
+                e.stack.map_or("(no stack)".to_string(), |st| stack_lines(snap, st, true).join("\n"))
+            });
+            let s = stacks.entry(key.clone()).or_default();
             s.0 += e.size;
             s.1 += 1;
         }

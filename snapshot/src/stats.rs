@@ -86,6 +86,12 @@ pub fn segsum_allocated(b: &Block) -> u64 {
 
 /// Computes the summary. Timelines are laid out for every device.
 pub fn summary(snap: &Snapshot) -> Summary {
+    summary_with(snap, |_| {})
+}
+
+/// Computes the summary and hands each device's blocks timeline to `also` before dropping
+/// it, for analyses that need the same layout (the command line's categories).
+pub fn summary_with(snap: &Snapshot, mut also: impl FnMut(&Timeline)) -> Summary {
     let mut s = Summary {
         segments: snap.segments.len() as u64,
         total_reserved: 0,
@@ -116,6 +122,7 @@ pub fn summary(snap: &Snapshot) -> Summary {
             timeline: TimelineSummary::of(&blocks),
             segment_timeline: TimelineSummary::of(&segs),
         });
+        also(&blocks);
     }
     s
 }
