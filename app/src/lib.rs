@@ -145,7 +145,15 @@ impl S {
 
     fn add_tab(self, info: DocInfo) {
         let device = info.default_device.unwrap_or(0);
-        let mut tab = Tab { info, device, kind: Kind::Blocks, start: 0.0, end: 0.0, n_steps: 0, event: None };
+        // A trace of segments alone (what `memscape capture` records) opens on the segments.
+        let segments_only = info
+            .summary
+            .devices
+            .iter()
+            .find(|d| d.device == u64::from(device))
+            .is_some_and(|d| d.timeline.actions == 0 && d.segment_timeline.actions > 0);
+        let kind = if segments_only { Kind::Segments } else { Kind::Blocks };
+        let mut tab = Tab { info, device, kind, start: 0.0, end: 0.0, n_steps: 0, event: None };
         let mut pin = None;
         if let Some(h) = self.restore.get_untracked() {
             let get = |k: &str| h.iter().find(|(a, _)| a == k).map(|(_, v)| v.clone());
@@ -819,7 +827,9 @@ fn Main(s: S, i: insight::I) -> impl IntoView {
                 .map(|d| {
                     let v = d.device.to_string();
                     let sel = d.device == t.device;
-                    view! { <option value=v selected=sel>{format!("cuda:{} ({} events)", d.device, d.entries)}</option> }
+                    let gpu = t.info.summary.devices.iter().find(|s| s.device == u64::from(d.device)).and_then(|s| s.gpu.as_ref());
+                    let name = gpu.map(|g| format!(" {}", g.name)).unwrap_or_default();
+                    view! { <option value=v selected=sel>{format!("cuda:{}{name} ({} events)", d.device, d.entries)}</option> }
                 })
                 .collect_view()
         })
@@ -1070,9 +1080,12 @@ fn StatsPanel(s: S) -> impl IntoView {
             {move || s.tab().map(|t| {
                 let sum = &t.info.summary;
                 let dev = sum.devices.iter().find(|d| d.device == u64::from(t.device)).cloned();
+                let text_row = |key: String, label: String, value: String, text: String| {
+                    view! { <tr data-key=key data-value=value><th>{label}</th><td>{text}</td></tr> }
+                };
                 let row = |key: String, label: String, v: u64, bytes: bool| {
                     let text = if bytes { bytes_text(v) } else { v.to_string() };
-                    view! { <tr data-key=key data-value=v.to_string()><th>{label}</th><td>{text}</td></tr> }
+                    text_row(key, label, v.to_string(), text)
                 };
                 let mut rows = vec![
                     row("segments".into(), "segments (all devices)".into(), sum.segments, false),
@@ -1082,6 +1095,14 @@ fn StatsPanel(s: S) -> impl IntoView {
                     row("free_external".into(), "free between blocks".into(), sum.free_external, true),
                 ];
                 if let Some(d) = dev {
+                    // Device name and memory: only in snapshots written by `memscape capture` (NVML).
+                    if let Some(g) = &d.gpu {
+                        rows.push(text_row("gpu.name".into(), format!("cuda:{} device", d.device), g.name.clone(), g.name.clone()));
+                        rows.push(row("gpu.total_bytes".into(), format!("cuda:{} memory", d.device), g.total_bytes, true));
+                        if let Some(held) = g.process_used_bytes {
+                            rows.push(row("gpu.process_used_bytes".into(), format!("cuda:{} held by the process (driver)", d.device), held, true));
+                        }
+                    }
                     rows.push(row("trace_entries".into(), format!("cuda:{} events", d.device), d.trace_entries, false));
                     rows.push(row("reserved_bytes".into(), format!("cuda:{} reserved", d.device), d.reserved_bytes, true));
                     for (pre, label, tl) in [("timeline", "allocated", &d.timeline), ("segment_timeline", "reserved", &d.segment_timeline)] {

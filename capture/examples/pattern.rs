@@ -5,6 +5,12 @@
 //! than the device has (an out-of-memory failure). Prints what it did as one JSON object, for
 //! `capture/gpu-check` to compare with the snapshot `memscape capture` wrote.
 //!
+//! `pattern --api OUT` records itself through the Rust API instead (start, 1 + 2 + 4 MiB
+//! allocated and the 2 MiB freed, dump to OUT, stop, then 8 MiB that must not be recorded).
+//!
+//! `pattern --loop N` instead allocates and frees 64 KiB N times and prints the nanoseconds
+//! per pair: the allocation-heavy loop whose slowdown under capture `gpu-check` measures.
+//!
 //! `cargo build --release -p capture --example pattern`; run it under `memscape capture`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -23,6 +29,13 @@ fn main() {
     }
     let ctx = CudaContext::new(0).expect("a CUDA device 0");
     ctx.bind_to_thread().expect("bind the context");
+    let args: Vec<String> = std::env::args().collect();
+    match args.as_slice() {
+        [_] => {}
+        [_, flag, n] if flag == "--loop" => return alloc_loop(n.parse().expect("a count after --loop")),
+        [_, flag, out] if flag == "--api" => return in_process(std::path::Path::new(out)),
+        _ => panic!("usage: pattern [--loop N | --api OUT]"),
+    }
     let mut allocs = Vec::new();
     for k in 0..10 {
         let size = MIB << k;
@@ -86,4 +99,34 @@ fn main() {
         }
         sys::cuMemAddressFree(va, 128 * MIB);
     }
+}
+
+/// Allocates and frees 64 KiB `n` times; prints nanoseconds per pair.
+fn alloc_loop(n: u32) {
+    let t = std::time::Instant::now();
+    for _ in 0..n {
+        // SAFETY: a plain device allocation in the current context, freed at once.
+        let ptr = unsafe { result::malloc_sync(64 << 10) }.expect("cuMemAlloc");
+        // SAFETY: `ptr` was just allocated and is freed once.
+        unsafe { result::free_sync(ptr) }.expect("cuMemFree");
+    }
+    println!("{{\"pairs\": {n}, \"ns_per_pair\": {}}}", t.elapsed().as_nanos() / u128::from(n.max(1)));
+}
+
+/// Records itself in-process through the Rust API and prints what it did.
+fn in_process(out: &std::path::Path) {
+    let session = memscape_capture::start(memscape_capture::Options { max_entries: 1000 }).expect("start recording");
+    let mut allocs = Vec::new();
+    for size in [MIB, 2 * MIB, 4 * MIB] {
+        // SAFETY: a plain device allocation in the current context; kept until exit.
+        allocs.push((unsafe { result::malloc_sync(size) }.expect("cuMemAlloc"), size));
+    }
+    // SAFETY: the 2 MiB allocation above, freed once.
+    unsafe { result::free_sync(allocs[1].0) }.expect("cuMemFree");
+    session.dump(out).expect("dump");
+    session.stop();
+    // SAFETY: a plain device allocation after recording stopped; kept until exit.
+    let after = unsafe { result::malloc_sync(8 * MIB) }.expect("cuMemAlloc");
+    let list = |v: &[(u64, usize)]| v.iter().map(|(p, s)| format!("[{p}, {s}]")).collect::<Vec<_>>().join(", ");
+    println!("{{\"allocated\": [{}], \"freed\": [{}], \"after_stop\": {after}}}", list(&allocs), list(&allocs[1..2]));
 }

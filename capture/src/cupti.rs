@@ -132,11 +132,14 @@ fn uninstall() {
     }
 }
 
+/// The snapshot of what is recorded. The recorder is copied under the lock and symbolized
+/// outside it, so the program's CUDA calls wait only for the copy.
 fn current_snapshot() -> Option<snapshot::Snapshot> {
-    let guard = RECORDER.lock().ok()?;
-    let rec = guard.as_ref()?;
+    let rec = RECORDER.lock().ok()?.as_ref()?.clone();
     let mut cache = std::collections::HashMap::new();
-    Some(rec.to_snapshot(&mut |ip| cache.entry(ip).or_insert_with(|| symbolize(ip)).clone()))
+    let mut snap = rec.to_snapshot(&mut |ip| cache.entry(ip).or_insert_with(|| symbolize(ip)).clone());
+    snap.set_device_info(&crate::devices::describe(&snap.devices()));
+    Some(snap)
 }
 
 fn dump(path: &Path) -> std::io::Result<()> {
@@ -272,9 +275,19 @@ unsafe extern "C" fn on_api(
 }
 
 extern "C" fn dump_at_exit() {
+    dump_to_out(true);
+}
+
+/// Writes the snapshot to the path `memscape capture` named; says so when `tell` (at exit and
+/// on SIGUSR1, not at every periodic dump). Failures are always reported.
+fn dump_to_out(tell: bool) {
+    // One dump at a time: the watcher's and the one at exit share the temporary file.
+    static DUMPING: Mutex<()> = Mutex::new(());
+    let _one = DUMPING.lock();
     if let Some(path) = OUT_PATH.get() {
         match dump(path) {
-            Ok(()) => eprintln!("memscape capture: wrote {}", path.display()),
+            Ok(()) if tell => eprintln!("memscape capture: wrote {}", path.display()),
+            Ok(()) => {}
             Err(e) => eprintln!("memscape capture: could not write {}: {e}", path.display()),
         }
     }
@@ -314,9 +327,10 @@ pub extern "C" fn InitializeInjection() -> c_int {
             loop {
                 std::thread::sleep(Duration::from_millis(100));
                 let periodic = every.is_some_and(|s| last.elapsed() >= Duration::from_secs_f64(s));
-                if DUMP_REQUESTED.swap(false, Ordering::Relaxed) || periodic {
+                let asked = DUMP_REQUESTED.swap(false, Ordering::Relaxed);
+                if asked || periodic {
                     last = Instant::now();
-                    dump_at_exit();
+                    dump_to_out(asked);
                 }
             }
         })

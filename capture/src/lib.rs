@@ -22,6 +22,8 @@
 //! assert_eq!(snapshot::stats::summary(&snap).total_reserved, 2 << 20);
 //! ```
 
+#[cfg(target_os = "linux")]
+pub mod devices;
 mod event;
 mod recorder;
 mod stacks;
@@ -31,7 +33,7 @@ pub mod cupti;
 
 pub use event::{Event, EventKind};
 pub use recorder::{Recorder, Ring};
-pub use stacks::{capture_ips, symbolize, Symbol};
+pub use stacks::{capture_ips, is_plumbing, symbolize, Symbol};
 
 #[cfg(target_os = "linux")]
 pub use cupti::{start, Options, Session};
@@ -42,4 +44,29 @@ pub fn driver_present() -> bool {
     // SAFETY: is_culib_present only tries to dlopen the driver library and reports whether
     // that worked; it calls no CUDA function.
     unsafe { cudarc::driver::sys::is_culib_present() }
+}
+
+/// True when CUPTI can be loaded here under one of the names the CUDA bindings try.
+pub fn cupti_present() -> bool {
+    // SAFETY: only tries to dlopen libcupti and reports whether that worked.
+    unsafe { cudarc::cupti::sys::is_culib_present() }
+}
+
+/// A directory holding CUPTI under a name the bindings load (`libcupti.so`, `libcupti.so.12`,
+/// ...), for when it is not on the library path: CUDA toolkits keep it in
+/// `extras/CUPTI/lib64` (12.x) or `targets/<arch>-linux/lib` (13.x) under `$CUDA_HOME`,
+/// `$CUDA_PATH` or `/usr/local/cuda*`.
+pub fn find_cupti_dir() -> Option<std::path::PathBuf> {
+    use std::path::PathBuf;
+    let names = cudarc::get_lib_name_candidates("cupti");
+    let mut roots: Vec<PathBuf> =
+        ["CUDA_HOME", "CUDA_PATH"].iter().filter_map(std::env::var_os).map(PathBuf::from).collect();
+    if let Ok(dir) = std::fs::read_dir("/usr/local") {
+        let mut cudas: Vec<PathBuf> =
+            dir.flatten().filter(|e| e.file_name().to_string_lossy().starts_with("cuda")).map(|e| e.path()).collect();
+        cudas.sort();
+        roots.extend(cudas.into_iter().rev());
+    }
+    let subdirs = ["extras/CUPTI/lib64", "lib64", "targets/x86_64-linux/lib", "targets/sbsa-linux/lib"];
+    roots.iter().flat_map(|r| subdirs.iter().map(move |s| r.join(s))).find(|d| names.iter().any(|n| d.join(n).exists()))
 }

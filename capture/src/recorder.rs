@@ -102,7 +102,12 @@ impl Recorder {
     }
 
     /// Records an event: the table of live memory always follows, the ring keeps the newest.
+    /// Freeing address 0 is a no-op the driver accepts (cuBLAS does it when it creates a
+    /// handle) and is not recorded.
     pub fn record(&mut self, mut e: Event) {
+        if matches!(e.kind, EventKind::SegmentFree | EventKind::PoolFree) && e.addr == 0 {
+            return;
+        }
         let key = (e.device, e.addr);
         match e.kind {
             EventKind::SegmentAlloc | EventKind::PoolAlloc | EventKind::Map => {

@@ -360,17 +360,10 @@ fn injection_library() -> anyhow::Result<PathBuf> {
     Ok(lib)
 }
 
-/// The first frame outside the CUDA libraries and the recorder: where the program asked.
+/// The first frame outside the CUDA driver, CUPTI and the recorder: where the program asked.
 fn call_site(snap: &snapshot::Snapshot, stack: Option<snapshot::StackId>) -> String {
-    let site = stack.and_then(|st| {
-        snap.stack(st).find(|f| {
-            let (name, file) = (snap.str(f.name), snap.str(f.filename));
-            !(file.contains("libcuda")
-                || file.contains("libcupti")
-                || name.starts_with("memscape_capture")
-                || name.starts_with("backtrace"))
-        })
-    });
+    let site =
+        stack.and_then(|st| snap.stack(st).find(|f| !capture::is_plumbing(snap.str(f.name), snap.str(f.filename))));
     site.map_or_else(|| "<no stack>".into(), |f| format!("{} ({}:{})", snap.str(f.name), snap.str(f.filename), f.line))
 }
 
@@ -386,6 +379,16 @@ fn capture(
     }
     let assets = if html { Some(viewer()?) } else { None };
     let lib = injection_library()?;
+    // CUPTI is loaded by name inside the program; when it is not on the library path here,
+    // look in the CUDA toolkit and hand its directory to the program.
+    let cupti_dir = if capture::cupti_present() {
+        None
+    } else {
+        Some(capture::find_cupti_dir().context(
+            "CUPTI (libcupti.so) cannot be found: install the CUDA toolkit or the nvidia-cuda-cupti package \
+             and add the directory holding libcupti.so to LD_LIBRARY_PATH",
+        )?)
+    };
     let (prog, args) = command.split_first().context("no command given after --")?;
     let abs_out = std::path::absolute(out)?;
     let mut cmd = std::process::Command::new(prog);
@@ -395,6 +398,11 @@ fn capture(
         .env("MEMSCAPE_CAPTURE_MAX_ENTRIES", max_entries.to_string());
     if let Some(s) = every {
         cmd.env("MEMSCAPE_CAPTURE_EVERY", s.to_string());
+    }
+    if let Some(dir) = cupti_dir {
+        let mut paths = vec![dir];
+        paths.extend(std::env::var_os("LD_LIBRARY_PATH").iter().flat_map(std::env::split_paths));
+        cmd.env("LD_LIBRARY_PATH", std::env::join_paths(paths)?);
     }
     let status = cmd.status().with_context(|| format!("cannot run {prog}"))?;
     if !abs_out.exists() {
@@ -415,8 +423,9 @@ fn capture(
         let (peak, alive) = (d.segment_timeline.peak_bytes, d.reserved_bytes);
         writeln!(
             o,
-            "device {}: peak {}, {} alive at exit, {} events",
+            "device {}{}: peak {}, {} alive at exit, {} events",
             d.device,
+            gpu_text(d),
             fs(peak.into()),
             fs(alive.into()),
             d.trace_entries
@@ -537,6 +546,14 @@ fn print_diff(out: &mut impl std::io::Write, d: &snapshot::diff::Diff, a: &Path,
     Ok(())
 }
 
+/// " (name, total memory, what the process held)" when the snapshot names the device.
+fn gpu_text(d: &snapshot::stats::DeviceSummary) -> String {
+    use snapshot::stats::format_size as fs;
+    let Some(g) = &d.gpu else { return String::new() };
+    let used = g.process_used_bytes.map(|u| format!(", {} held by the process", fs(u.into()))).unwrap_or_default();
+    format!(" ({}, {}{used})", g.name, fs(g.total_bytes.into()))
+}
+
 fn print_stats(out: &mut impl std::io::Write, s: &snapshot::stats::Summary) -> std::io::Result<()> {
     use snapshot::stats::format_size as fs;
     writeln!(out, "segments: {}", s.segments)?;
@@ -553,8 +570,9 @@ fn print_stats(out: &mut impl std::io::Write, s: &snapshot::stats::Summary) -> s
     for d in &s.devices {
         writeln!(
             out,
-            "device {}: {} trace entries, {} reserved",
+            "device {}{}: {} trace entries, {} reserved",
             d.device,
+            gpu_text(d),
             d.trace_entries,
             fs(d.reserved_bytes.into())
         )?;

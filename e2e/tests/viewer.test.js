@@ -157,6 +157,36 @@ test('drag and drop opens files', async () => {
   for (const k of ['total_reserved', 'total_allocated', 'trace_entries', 'timeline.peak_bytes']) assert.equal(got[k], want[k], k);
 });
 
+test('a snapshot memscape capture wrote on an H100 opens with its device named', async () => {
+  const file = join(ROOT, 'capture', 'tests', 'data', 'h100', 'ours.pickle');
+  // Python's reading of the same file: segments, trace, the reserved peak, NVML's entry.
+  const want = JSON.parse(execFileSync('python3', ['-c', `
+import json, pickle, sys
+s = pickle.load(open(sys.argv[1], 'rb')); t = s['device_traces'][0]
+final = sum(g['total_size'] for g in s['segments'])
+steps = [e['size'] if e['action'] == 'segment_alloc' else -e['size'] for e in t if e['action'] in ('segment_alloc', 'segment_free')]
+live = final - sum(steps); peak = live
+for d in steps: live += d; peak = max(peak, live)
+print(json.dumps({'reserved_bytes': final, 'trace_entries': len(t), 'segment_timeline.peak_bytes': peak, 'gpu': s['memscape_devices'][0]}))
+`, file]).toString());
+  await page.setInputFiles('#file-input', file);
+  await waitForTab('ours.pickle');
+  const got = await stats();
+  for (const k of ['reserved_bytes', 'trace_entries', 'segment_timeline.peak_bytes']) assert.equal(got[k], want[k], k);
+  const name = await page.locator('#stats-table tr[data-key="gpu.name"]').getAttribute('data-value');
+  assert.equal(name, 'NVIDIA H100 80GB HBM3');
+  assert.equal(name, want.gpu.name);
+  assert.equal(got['gpu.total_bytes'], want.gpu.total_bytes);
+  assert.equal(got['gpu.process_used_bytes'], want.gpu.process_used_bytes);
+  assert.match(await page.locator('#stats-table tr[data-key="gpu.process_used_bytes"]').textContent(), /held by the process.*3\.5GiB/);
+  assert.match(await page.locator('#device option:checked').textContent(), /^cuda:0 NVIDIA H100 80GB HBM3 \(57 events\)$/);
+  assert.equal(await page.locator('#error').count(), 0);
+  // A trace of segments alone opens on the segment timeline.
+  assert.equal(await page.locator('#kind').inputValue(), 'segments');
+  assert.ok((await pixels('timeline')).painted > 1000, 'the timeline is drawn');
+  await shot('03-captured-h100');
+});
+
 async function showExample() {
   await page.locator('.tab-name', { hasText: EXAMPLE }).first().click();
   await waitForTab(EXAMPLE);

@@ -43,8 +43,8 @@ pub mod write;
 pub use error::{ErrorKind, ReadError, Warning};
 pub use intern::{StrId, Strings};
 pub use model::{
-    Action, Annotation, Block, BlockState, Entry, Frame, FrameId, History, PoolId, Root, Segment, Snapshot, StackId,
-    Stacks, Trace,
+    Action, Annotation, Block, BlockState, DeviceInfo, Entry, Frame, FrameId, History, PoolId, Root, Segment, Snapshot,
+    StackId, Stacks, Trace, DEVICE_INFO_KEY,
 };
 pub use read::{read, Format, Limits, Loaded, Loader};
 pub use value::Value;

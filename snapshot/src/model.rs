@@ -521,6 +521,26 @@ pub struct Annotation {
     pub extras: Vec<(StrId, Value)>,
 }
 
+/// A device as `memscape capture` describes it (from NVML), under the top-level key
+/// [`DEVICE_INFO_KEY`]. PyTorch's snapshots carry no device names; PyTorch's tools ignore the key.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DeviceInfo {
+    /// Device ordinal, as in `device_traces`.
+    pub device: i64,
+    /// Product name (`NVIDIA H100 80GB HBM3`).
+    pub name: String,
+    /// The device's UUID (`GPU-...`).
+    pub uuid: String,
+    /// Memory installed, in bytes.
+    pub total_bytes: u64,
+    /// Device memory the recorded process held by the driver's count when the snapshot was
+    /// written (context, code and everything allocated), when the driver reports it.
+    pub process_used_bytes: Option<u64>,
+}
+
+/// The top-level key holding [`DeviceInfo`]s: a list of dicts.
+pub const DEVICE_INFO_KEY: &str = "memscape_devices";
+
 /// The shape of the top-level object.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Root {
@@ -612,6 +632,59 @@ impl Snapshot {
     /// Number of trace lists.
     pub fn n_trace_lists(&self) -> usize {
         self.device_traces.as_ref().map_or(0, Vec::len)
+    }
+
+    /// The devices described under [`DEVICE_INFO_KEY`] (written by `memscape capture`); empty
+    /// for PyTorch's snapshots. Entries that are not dicts with an integer `device` are skipped.
+    pub fn device_info(&self) -> Vec<DeviceInfo> {
+        let Some(Value::List(items)) =
+            self.extras.iter().find(|(k, _)| self.str(*k) == DEVICE_INFO_KEY).map(|(_, v)| v)
+        else {
+            return Vec::new();
+        };
+        let int = |d: &Value, k: &str| match d.get(k) {
+            Some(Value::Int(i)) => Some(*i),
+            _ => None,
+        };
+        let text = |d: &Value, k: &str| match d.get(k) {
+            Some(Value::Str(s)) => s.to_string(),
+            _ => String::new(),
+        };
+        items
+            .iter()
+            .filter_map(|d| {
+                Some(DeviceInfo {
+                    device: i64::try_from(int(d, "device")?).ok()?,
+                    name: text(d, "name"),
+                    uuid: text(d, "uuid"),
+                    total_bytes: int(d, "total_bytes").and_then(|v| u64::try_from(v).ok()).unwrap_or(0),
+                    process_used_bytes: int(d, "process_used_bytes").and_then(|v| u64::try_from(v).ok()),
+                })
+            })
+            .collect()
+    }
+
+    /// Replaces the [`DEVICE_INFO_KEY`] entry with `devices`.
+    pub fn set_device_info(&mut self, devices: &[DeviceInfo]) {
+        let key = self.strings.intern(DEVICE_INFO_KEY);
+        self.extras.retain(|(k, _)| *k != key);
+        let s = |v: &str| Value::Str(v.into());
+        let list = devices
+            .iter()
+            .map(|d| {
+                let mut items = vec![
+                    (s("device"), Value::Int(d.device.into())),
+                    (s("name"), s(&d.name)),
+                    (s("uuid"), s(&d.uuid)),
+                    (s("total_bytes"), Value::Int(d.total_bytes.into())),
+                ];
+                if let Some(u) = d.process_used_bytes {
+                    items.push((s("process_used_bytes"), Value::Int(u.into())));
+                }
+                Value::Dict(items)
+            })
+            .collect();
+        self.extras.push((key, Value::List(list)));
     }
 
     /// Devices worth showing: every device with trace entries or segments, ascending.

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{Block, BlockState, Snapshot};
+use crate::model::{Block, BlockState, DeviceInfo, Snapshot};
 use crate::timeline::{Timeline, TimelineKind};
 
 /// Whole-snapshot figures, as `_memory_viz.py stats` computes them, plus one entry per device.
@@ -35,6 +35,8 @@ pub struct DeviceSummary {
     pub timeline: TimelineSummary,
     /// The reserved-memory (segment) timeline.
     pub segment_timeline: TimelineSummary,
+    /// Name and memory of the device, when the snapshot says (`memscape capture` does).
+    pub gpu: Option<DeviceInfo>,
 }
 
 /// Figures of one timeline.
@@ -112,6 +114,7 @@ pub fn summary_with(snap: &Snapshot, mut also: impl FnMut(&Timeline)) -> Summary
             }
         }
     }
+    let gpus = snap.device_info();
     for d in snap.devices() {
         let blocks = Timeline::build(snap, d, TimelineKind::Blocks);
         let segs = Timeline::build(snap, d, TimelineKind::Segments);
@@ -121,6 +124,7 @@ pub fn summary_with(snap: &Snapshot, mut also: impl FnMut(&Timeline)) -> Summary
             reserved_bytes: snap.segments.iter().filter(|g| g.device == d as i64).map(|g| g.total_size).sum(),
             timeline: TimelineSummary::of(&blocks),
             segment_timeline: TimelineSummary::of(&segs),
+            gpu: gpus.iter().find(|g| g.device == d as i64).cloned(),
         });
         also(&blocks);
     }

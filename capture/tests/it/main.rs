@@ -1,6 +1,8 @@
 //! The recorder's logic on recorded event sequences: no GPU needed.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod recorded;
+
 use memscape_capture::{capture_ips, symbolize, Event, EventKind, Recorder, Ring};
 use snapshot::timeline::{Timeline, TimelineKind};
 use snapshot::Action;
@@ -161,4 +163,55 @@ fn without_a_driver_recording_refuses_clearly() {
     }
     let err = memscape_capture::start(memscape_capture::Options::default()).unwrap_err();
     assert!(err.contains("no CUDA driver"), "{err}");
+}
+
+#[test]
+fn frames_without_debug_info_name_their_library() {
+    // libc has symbols but no line tables here: the frame says which library it is in.
+    let sym = symbolize(libc::malloc as *const () as usize).unwrap();
+    assert_eq!(sym.name, "malloc");
+    assert!(sym.filename.contains("libc.so"), "{sym:?}");
+    assert_eq!(sym.line, 0);
+}
+
+#[test]
+fn device_names_survive_the_pickle_and_reach_the_summary() {
+    let mut r = Recorder::new(10);
+    r.record(Event::new(EventKind::SegmentAlloc, 1, BASE, 2 * MIB));
+    let mut snap = r.to_snapshot(&mut |_| None);
+    let gpu = snapshot::DeviceInfo {
+        device: 1,
+        name: "NVIDIA H100 80GB HBM3".into(),
+        uuid: "GPU-0".into(),
+        total_bytes: 85_520_809_984,
+        process_used_bytes: Some(600 * MIB),
+    };
+    snap.set_device_info(std::slice::from_ref(&gpu));
+    snap.set_device_info(std::slice::from_ref(&gpu)); // replaces, does not add
+    let back = read_back(&snap);
+    assert_eq!(back.device_info(), vec![gpu.clone()]);
+    let s = snapshot::stats::summary(&back);
+    assert_eq!(s.devices.iter().map(|d| (d.device, d.gpu.clone())).collect::<Vec<_>>(), vec![(1, Some(gpu))]);
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn without_a_driver_devices_are_not_described() {
+    if memscape_capture::driver_present() {
+        eprintln!("skipped: this machine has a CUDA driver; the GPU check covers NVML");
+        return;
+    }
+    assert!(memscape_capture::devices::describe(&[0, 1]).is_empty());
+}
+
+#[test]
+fn freeing_null_is_not_an_event() {
+    // cublasCreate calls cuMemFree(0), seen on the H100 (tests/data/h100/ours.pickle).
+    let mut r = Recorder::new(10);
+    r.record(Event::new(EventKind::SegmentFree, 0, 0, 0));
+    r.record(Event::new(EventKind::PoolFree, 0, 0, 0));
+    r.record(Event::new(EventKind::SegmentAlloc, 0, BASE, MIB));
+    let snap = r.to_snapshot(&mut |_| None);
+    assert_eq!(snap.trace(0).len(), 1);
+    assert_eq!(snap.trace(0).action(0), Action::SegmentAlloc);
 }

@@ -2,7 +2,7 @@
 //! Runs the real `memscape` binary on every corpus file and compares with the figures
 //! PyTorch's own code computed (`shared/corpus/expected/`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
@@ -156,6 +156,26 @@ fn capture_without_a_driver_says_so_and_fails() {
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(err.contains("NVIDIA GPU") && err.contains("libcuda"), "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+}
+
+/// A snapshot `memscape capture` wrote on an H100: stats names the device, in text and JSON,
+/// with what the driver counted for the process, and reads without warnings.
+#[test]
+fn stats_names_the_device_of_a_captured_snapshot() {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../capture/tests/data/h100/ours.pickle");
+    let out = memscape(&["stats", file.to_str().unwrap()]);
+    assert!(out.status.success());
+    assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("device 0 (NVIDIA H100 80GB HBM3, 79.6GiB, 3.5GiB held by the process): 57 trace entries"),
+        "{text}"
+    );
+    let json = stats_json(&file);
+    let gpu = &json["devices"][0]["gpu"];
+    assert_eq!(gpu["name"], "NVIDIA H100 80GB HBM3");
+    assert_eq!(gpu["total_bytes"], 85_520_809_984u64);
+    assert_eq!(gpu["process_used_bytes"], 3_760_193_536u64);
 }
 
 /// `synth --truth`, `stats --json` categories and leaks, `diff --json`, `--rules`: the planted

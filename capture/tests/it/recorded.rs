@@ -1,0 +1,174 @@
+//! Snapshots that `memscape capture` wrote on a real GPU (an H100, CUDA 13.0, driver 580, by
+//! `capture/gpu-check`; see `capture/tests/data/h100/README.md`), read back without one: the
+//! known pattern against what the program said it did, the in-process API, the ring, and a
+//! PyTorch training step against PyTorch's own snapshot of the same run.
+
+use std::path::{Path, PathBuf};
+
+use snapshot::{Action, Snapshot};
+
+const MIB: u64 = 1 << 20;
+
+fn data(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/h100").join(name)
+}
+
+fn load(name: &str) -> Snapshot {
+    let loaded = snapshot::read(&std::fs::read(data(name)).unwrap()).unwrap();
+    assert!(loaded.warnings.is_empty(), "{name}: {:?}", loaded.warnings);
+    loaded.snapshot
+}
+
+fn json(name: &str) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(data(name)).unwrap()).unwrap()
+}
+
+/// `[[addr, size], ...]` of a JSON field.
+fn pairs(v: &serde_json::Value) -> Vec<(u64, u64)> {
+    v.as_array().unwrap().iter().map(|p| (p[0].as_u64().unwrap(), p[1].as_u64().unwrap())).collect()
+}
+
+/// (addr, size) of every entry of device 0 with `action`, in order.
+fn acts(snap: &Snapshot, action: Action) -> Vec<(u64, u64)> {
+    let t = snap.trace(0);
+    (0..t.len()).filter(|&i| t.action(i) == action).map(|i| (t.addr(i), t.size(i))).collect()
+}
+
+/// Frame names and files of a stack, innermost first.
+fn frames(snap: &Snapshot, stack: Option<snapshot::StackId>) -> Vec<(String, String)> {
+    stack.map_or_else(Vec::new, |s| {
+        snap.stack(s).map(|f| (snap.str(f.name).into(), snap.str(f.filename).into())).collect()
+    })
+}
+
+/// The first frame outside the driver, CUPTI and the recorder: who asked for the memory.
+fn asker(snap: &Snapshot, stack: Option<snapshot::StackId>) -> (String, String) {
+    frames(snap, stack).into_iter().find(|(n, f)| !memscape_capture::is_plumbing(n, f)).unwrap_or_default()
+}
+
+#[test]
+fn the_known_pattern_recorded_on_an_h100_is_exactly_what_the_program_did() {
+    let snap = load("pattern.pickle");
+    let want = json("pattern.json");
+    let allocated = pairs(&want["allocated"]);
+    assert_eq!(allocated.len(), 10);
+    let segs = acts(&snap, Action::SegmentAlloc);
+    assert_eq!(segs.iter().filter(|a| allocated.contains(a)).copied().collect::<Vec<_>>(), allocated);
+    let frees = acts(&snap, Action::SegmentFree);
+    assert_eq!(frees, pairs(&want["freed"]), "every other one freed, with the size it had");
+    assert_eq!(acts(&snap, Action::SegmentMap), pairs(&want["mapped"]));
+    assert_eq!(acts(&snap, Action::SegmentUnmap)[0], pairs(&want["unmapped"])[0]);
+    let t = snap.trace(0);
+    let oom = (0..t.len()).find(|&i| t.action(i) == Action::Oom).expect("the failed 1 PiB request");
+    assert_eq!(t.size(oom), want["oom_bytes"].as_u64().unwrap());
+    assert!(t.device_free(oom).unwrap() > 70 << 30, "an idle H100 has over 70 GiB free");
+
+    // Alive at exit: the unfreed half (the mapped range was unmapped before exit).
+    let alive: Vec<(u64, u64)> = snap.segments.iter().map(|s| (s.address, s.total_size)).collect();
+    let unfreed: Vec<(u64, u64)> = allocated.iter().step_by(2).copied().collect();
+    assert_eq!(alive.iter().copied().collect::<std::collections::BTreeSet<_>>(), unfreed.into_iter().collect());
+
+    // Stacks name the program's line; frames of the stripped driver name their library.
+    let site = asker(&snap, snap.segments[0].frames);
+    assert_eq!(site.0, "pattern::main", "{site:?}");
+    assert!(site.1.ends_with("capture/examples/pattern.rs"), "{site:?}");
+    assert!(frames(&snap, t.frames(0)).iter().any(|(n, f)| f.contains("libcuda.so") && n.starts_with("libcuda.so")));
+
+    // NVML named the device.
+    let gpu = &snap.device_info()[0];
+    assert_eq!((gpu.device, gpu.name.as_str(), gpu.total_bytes), (0, "NVIDIA H100 80GB HBM3", 85_520_809_984));
+    let s = snapshot::stats::summary(&snap);
+    let d = &s.devices[0];
+    assert_eq!(d.gpu.as_ref(), Some(gpu));
+    let sum_of = |v: &[(u64, u64)]| v.iter().map(|a| a.1).sum::<u64>();
+    assert_eq!(d.segment_timeline.peak_bytes, sum_of(&allocated), "1 + 2 + ... + 512 MiB, all alive at once");
+    assert_eq!(d.reserved_bytes, 341 * MIB);
+}
+
+#[test]
+fn the_rust_api_records_between_start_and_stop() {
+    let snap = load("api.pickle");
+    let want = json("api.json");
+    assert_eq!(acts(&snap, Action::SegmentAlloc), pairs(&want["allocated"]));
+    assert_eq!(acts(&snap, Action::SegmentFree), pairs(&want["freed"]));
+    assert_eq!(snap.trace(0).len(), 4, "nothing after stop()");
+    let after = want["after_stop"].as_u64().unwrap();
+    assert!(!snap.segments.iter().any(|s| s.address == after));
+}
+
+#[test]
+fn the_ring_kept_the_newest_thousand_events_of_ten_thousand() {
+    let snap = load("ring.pickle");
+    let t = snap.trace(0);
+    assert_eq!(t.len(), 1000);
+    // `pattern --loop 5000`: alloc, free, alloc, free... of 64 KiB; the ring ends on a free.
+    assert!((0..t.len()).all(|i| t.size(i) == 64 << 10));
+    assert_eq!(t.action(t.len() - 1), Action::SegmentFree);
+    assert!(snap.segments.is_empty(), "everything was freed");
+}
+
+#[test]
+fn a_pytorch_step_every_pytorch_segment_is_ours_and_ours_shows_what_pytorch_cannot_see() {
+    let torch = load("torch.pickle.gz");
+    let ours = load("ours.pickle");
+    let theirs: std::collections::BTreeSet<(u64, u64)> = acts(&torch, Action::SegmentAlloc).into_iter().collect();
+    assert_eq!(theirs.len(), 50);
+    let mine: std::collections::BTreeSet<(u64, u64)> = acts(&ours, Action::SegmentAlloc).into_iter().collect();
+    assert!(theirs.is_subset(&mine), "missing: {:?}", theirs.difference(&mine).collect::<Vec<_>>());
+    // PyTorch's segments, seen from our side, were asked for by its caching allocator.
+    for s in ours.segments.iter().filter(|s| theirs.contains(&(s.address, s.total_size))) {
+        let site = asker(&ours, s.frames);
+        assert!(site.0.starts_with("c10::cuda::CUDACachingAllocator::"), "{site:?}");
+    }
+    // What PyTorch cannot see: cuBLAS's own workspaces and CuPy's 64 MiB.
+    let unseen: Vec<_> = ours.segments.iter().filter(|s| !theirs.contains(&(s.address, s.total_size))).collect();
+    let by_lib = |lib: &str| -> u64 {
+        unseen.iter().filter(|s| asker(&ours, s.frames).1.contains(lib)).map(|s| s.total_size).sum()
+    };
+    assert_eq!(by_lib("libcublas"), 2 * 64 * MIB + 2 * 128 * 1024 + 2 * 1024);
+    assert_eq!(by_lib("cupy"), 64 * MIB);
+    assert_eq!(unseen.iter().map(|s| s.total_size).sum::<u64>(), by_lib("libcublas") + by_lib("cupy"));
+    // The driver's count for the process covers our segments and more (context, kernels).
+    let reserved: u64 = ours.segments.iter().map(|s| s.total_size).sum();
+    let held = ours.device_info()[0].process_used_bytes.unwrap();
+    let torch_reserved: u64 = torch.segments.iter().map(|s| s.total_size).sum();
+    assert!(torch_reserved < reserved && reserved < held, "{torch_reserved} < {reserved} < {held}");
+}
+
+/// The `total_reserved` and `segments` lines of `_memory_viz.py stats` (PyTorch's own code,
+/// vendored in third_party/pytorch) on a snapshot file.
+fn memory_viz_stats(path: &Path) -> (String, String) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../third_party/pytorch/_memory_viz.py");
+    let out = std::process::Command::new("python3").arg(script).arg("stats").arg(path).output().unwrap();
+    assert!(out.status.success(), "{}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let line =
+        |key: &str| text.lines().find_map(|l| l.strip_prefix(key)).unwrap_or_else(|| panic!("{text}")).to_string();
+    (line("segments: "), line("total_reserved: "))
+}
+
+#[test]
+fn pytorchs_memory_viz_reads_what_capture_writes() {
+    // Written here from a recorded event sequence, and written on the H100.
+    let mut r = memscape_capture::Recorder::new(1000);
+    for (k, size) in [3 * MIB, 5 * MIB, 7 * MIB].into_iter().enumerate() {
+        r.record(memscape_capture::Event::new(
+            memscape_capture::EventKind::SegmentAlloc,
+            0,
+            (k as u64 + 1) << 32,
+            size,
+        ));
+    }
+    r.record(memscape_capture::Event::new(memscape_capture::EventKind::SegmentFree, 0, 2 << 32, 0));
+    let written = std::env::temp_dir().join(format!("memscape-viz-{}.pickle", std::process::id()));
+    std::fs::write(&written, snapshot::write::to_pickle_bytes(&r.to_snapshot(&mut |_| None))).unwrap();
+    for path in [written.clone(), data("pattern.pickle"), data("ours.pickle"), data("ring.pickle")] {
+        let snap = snapshot::read(&std::fs::read(&path).unwrap()).unwrap().snapshot;
+        let ours = snapshot::stats::summary(&snap);
+        let (segments, reserved) = memory_viz_stats(&path);
+        assert_eq!(segments, ours.segments.to_string(), "{}", path.display());
+        assert_eq!(reserved, snapshot::stats::format_size(ours.total_reserved.into()), "{}", path.display());
+    }
+    assert_eq!(memory_viz_stats(&written), ("2".into(), "10.0MiB".into()));
+    std::fs::remove_file(written).ok();
+}
