@@ -151,7 +151,8 @@ pub fn timeline(canvas: &HtmlCanvasElement, vm: &ViewModel, o: &Overlay, th: &Th
             let _ = ctx.draw_image_with_html_canvas_element_and_dw_and_dh(&img, LEFT, TOP, w - LEFT - RIGHT, plot_h);
         }
     }
-    if vm.columns.iter().any(|c| c.allocated.is_some()) {
+    let legend = vm.columns.iter().any(|c| c.allocated.is_some());
+    if legend {
         ctx.set_stroke_style_str(&th.fg);
         ctx.set_line_width(1.5);
         ctx.begin_path();
@@ -182,11 +183,13 @@ pub fn timeline(canvas: &HtmlCanvasElement, vm: &ViewModel, o: &Overlay, th: &Th
         ctx.stroke();
         let _ = ctx.set_line_dash(&js_sys::Array::new());
         ctx.set_fill_style_str(&th.accent);
-        ctx.set_text_align(if px > w - 140.0 { "right" } else { "left" });
+        let right = px > w - 140.0;
+        ctx.set_text_align(if right { "right" } else { "left" });
+        // Near the right edge the label goes under the line's legend, not over it.
         let _ = ctx.fill_text(
             &format!("peak {}", format_size(i128::from(vm.peak_bytes))),
-            px + if px > w - 140.0 { -4.0 } else { 4.0 },
-            TOP + 8.0,
+            px + if right { -4.0 } else { 4.0 },
+            TOP + if right && legend { 20.0 } else { 8.0 },
         );
     }
     if let Some(s) = o.event_step {

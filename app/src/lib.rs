@@ -112,6 +112,12 @@ impl S {
     /// Opens a file or blob in the worker, with a progress bar; on failure the error is
     /// shown and what was open stays as it was.
     fn open(self, blob: web_sys::Blob, name: String) {
+        self.open_as(blob, name, true);
+    }
+
+    /// Opens a file; one that is not `wanted` (the bundled example) only shows when it
+    /// finishes if no other file was opened meanwhile.
+    fn open_as(self, blob: web_sys::Blob, name: String, wanted: bool) {
         let total = blob.size() as u64;
         let started = now();
         let s = self;
@@ -129,7 +135,7 @@ impl S {
                 record("layout-worker", info.layout_ms);
                 record("wasm-memory-worker", info.heap_bytes as f64);
                 s.first_draw.set_value(Some((info.doc, started)));
-                s.add_tab(info);
+                s.add_tab(info, wanted);
             }
             LoadEvent::Failed(msg) => {
                 s.loads.update(|l| l.retain(|l| l.id != id));
@@ -143,17 +149,9 @@ impl S {
         self.loads.update(|l| l.push(LoadUi { id, name, bytes: 0, total, started }));
     }
 
-    fn add_tab(self, info: DocInfo) {
+    fn add_tab(self, info: DocInfo, focus: bool) {
         let device = info.default_device.unwrap_or(0);
-        // A trace of segments alone (what `memscape capture` records) opens on the segments.
-        let segments_only = info
-            .summary
-            .devices
-            .iter()
-            .find(|d| d.device == u64::from(device))
-            .is_some_and(|d| d.timeline.actions == 0 && d.segment_timeline.actions > 0);
-        let kind = if segments_only { Kind::Segments } else { Kind::Blocks };
-        let mut tab = Tab { info, device, kind, start: 0.0, end: 0.0, n_steps: 0, event: None };
+        let mut tab = Tab { info, device, kind: Kind::Blocks, start: 0.0, end: 0.0, n_steps: 0, event: None };
         let mut pin = None;
         if let Some(h) = self.restore.get_untracked() {
             let get = |k: &str| h.iter().find(|(a, _)| a == k).map(|(_, v)| v.clone());
@@ -181,7 +179,9 @@ impl S {
         let doc = tab.info.doc;
         let (device, kind) = (tab.device, tab.kind);
         self.tabs.update(|t| t.push(tab));
-        self.select_tab(doc);
+        if focus || self.active.get_untracked().is_none() {
+            self.select_tab(doc);
+        }
         if let Some(el) = pin {
             spawn_local(async move {
                 if let Response::Details(d) = worker().ask(Request::Details { doc, device, kind, element: el }).await {
@@ -391,7 +391,7 @@ fn App() -> impl IntoView {
             }
             let Ok(p) = resp.blob() else { return };
             if let Ok(b) = wasm_bindgen_futures::JsFuture::from(p).await {
-                s.open(b.unchecked_into(), EXAMPLE.to_string());
+                s.open_as(b.unchecked_into(), EXAMPLE.to_string(), false);
             }
         });
     }

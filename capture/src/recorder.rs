@@ -159,7 +159,8 @@ impl Recorder {
     }
 
     /// The snapshot of what is recorded: segments for every live allocation (so allocations
-    /// older than the ring still show), and the ring as each device's trace. `symbolize`
+    /// older than the ring still show), and the ring as each device's trace, where a segment
+    /// allocation or free is two entries (the segment and its one block). `symbolize`
     /// names an instruction pointer (`None`: unknown).
     pub fn to_snapshot(&self, symbolize: &mut dyn FnMut(usize) -> Option<Symbol>) -> Snapshot {
         let mut snap = Snapshot::default();
@@ -223,7 +224,24 @@ impl Recorder {
                     entry.addr = None;
                     entry.device_free = Some(e.device_free.unwrap_or(0));
                 }
-                t.push(&entry);
+                // A driver allocation is both a segment and the one block in it, as PyTorch
+                // writes a new segment: `segment_alloc` then `alloc`, `free_completed` then
+                // `segment_free`. So the active memory timeline (PyTorch's and ours) shows
+                // when each allocation lived, not only the segment timeline.
+                match e.kind {
+                    EventKind::SegmentAlloc => {
+                        t.push(&entry);
+                        entry.action = Action::Alloc;
+                        t.push(&entry);
+                    }
+                    EventKind::SegmentFree => {
+                        entry.action = Action::FreeCompleted;
+                        t.push(&entry);
+                        entry.action = Action::SegmentFree;
+                        t.push(&entry);
+                    }
+                    _ => t.push(&entry),
+                }
             }
             traces.push(t);
         }

@@ -385,8 +385,8 @@ fn capture(
         None
     } else {
         Some(capture::find_cupti_dir().context(
-            "CUPTI (libcupti.so) cannot be found: install the CUDA toolkit or the nvidia-cuda-cupti package \
-             and add the directory holding libcupti.so to LD_LIBRARY_PATH",
+            "CUPTI (libcupti.so) cannot be found: install the CUDA toolkit and add the directory holding \
+             libcupti.so (or libcupti.so.12) to LD_LIBRARY_PATH",
         )?)
     };
     let (prog, args) = command.split_first().context("no command given after --")?;

@@ -179,12 +179,34 @@ print(json.dumps({'reserved_bytes': final, 'trace_entries': len(t), 'segment_tim
   assert.equal(got['gpu.total_bytes'], want.gpu.total_bytes);
   assert.equal(got['gpu.process_used_bytes'], want.gpu.process_used_bytes);
   assert.match(await page.locator('#stats-table tr[data-key="gpu.process_used_bytes"]').textContent(), /held by the process.*3\.5GiB/);
-  assert.match(await page.locator('#device option:checked').textContent(), /^cuda:0 NVIDIA H100 80GB HBM3 \(57 events\)$/);
+  assert.match(await page.locator('#device option:checked').textContent(), /^cuda:0 NVIDIA H100 80GB HBM3 \(114 events\)$/);
   assert.equal(await page.locator('#error').count(), 0);
-  // A trace of segments alone opens on the segment timeline.
-  assert.equal(await page.locator('#kind').inputValue(), 'segments');
+  // Every driver allocation is its own block: the active memory timeline has the same peak,
+  // and every allocation alive at the end was seen in the trace.
+  assert.equal(await page.locator('#kind').inputValue(), 'blocks');
+  assert.equal(got['timeline.peak_bytes'], want['segment_timeline.peak_bytes']);
+  assert.equal(got['timeline.initially_allocated'], 0);
   assert.ok((await pixels('timeline')).painted > 1000, 'the timeline is drawn');
   await shot('03-captured-h100');
+});
+
+test('a file opened while the bundled example still loads keeps the focus', async () => {
+  const p2 = await ctx.newPage();
+  p2.on('pageerror', e => { throw e; });
+  // Hold the example back so that it finishes after the user's file.
+  let release;
+  const held = new Promise(r => { release = r; });
+  await p2.route(`**/${EXAMPLE}`, async route => { await held; await route.continue(); });
+  await p2.goto(srv.url);
+  const mine = 'pt24-linear-tiny.pkl';
+  await p2.setInputFiles('#file-input', join(CORPUS, mine));
+  await p2.waitForFunction(n => document.querySelector('.tab.active .tab-name')?.textContent === n, mine);
+  release();
+  await p2.waitForFunction(() => document.querySelectorAll('.tab').length === 2, null, { timeout: 60000 });
+  await p2.waitForTimeout(300);
+  assert.equal(await p2.locator('.tab.active .tab-name').textContent(), mine);
+  assert.match(await p2.locator('#stats .file-line').textContent(), new RegExp(`^${mine.replace('.', '\\.')} `));
+  await p2.close();
 });
 
 async function showExample() {

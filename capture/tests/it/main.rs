@@ -53,12 +53,18 @@ fn a_known_pattern_comes_out_exactly() {
     assert_eq!(segs, expect);
     let t = snap.trace(0);
     let actions: Vec<Action> = (0..t.len()).map(|i| t.action(i)).collect();
-    assert_eq!(actions.iter().filter(|&&a| a == Action::SegmentAlloc).count(), 10);
-    assert_eq!(actions.iter().filter(|&&a| a == Action::SegmentFree).count(), 5);
-    assert_eq!(&actions[15..], &[Action::SegmentMap, Action::SegmentMap, Action::SegmentUnmap, Action::Oom]);
+    // Each driver allocation is a segment and its block; each free, the block then the segment.
+    assert_eq!(&actions[..2], &[Action::SegmentAlloc, Action::Alloc]);
+    assert_eq!(&actions[20..22], &[Action::FreeCompleted, Action::SegmentFree]);
+    for (action, n) in
+        [(Action::SegmentAlloc, 10), (Action::Alloc, 10), (Action::SegmentFree, 5), (Action::FreeCompleted, 5)]
+    {
+        assert_eq!(actions.iter().filter(|&&a| a == action).count(), n, "{action:?}");
+    }
+    assert_eq!(&actions[30..], &[Action::SegmentMap, Action::SegmentMap, Action::SegmentUnmap, Action::Oom]);
     // Frees carry the size of what they freed; the OOM has no address, and the free memory.
-    assert_eq!(t.size(10), 2 * MIB);
-    assert_eq!((t.entry(18).addr, t.device_free(18), t.size(18)), (None, Some(3 * MIB), 1 << 40));
+    assert_eq!((t.size(20), t.size(21)), (2 * MIB, 2 * MIB));
+    assert_eq!((t.entry(33).addr, t.device_free(33), t.size(33)), (None, Some(3 * MIB), 1 << 40));
     // The reserved-memory timeline follows it: peak with all ten allocations, end with what
     // is alive (the mapped range included).
     let seg = Timeline::build(&snap, 0, TimelineKind::Segments);
@@ -66,6 +72,12 @@ fn a_known_pattern_comes_out_exactly() {
     let alive_bytes: u64 = alive.iter().map(|a| a.1).sum();
     assert_eq!(seg.final_bytes(), alive_bytes);
     assert_eq!(snapshot::stats::summary(&snap).total_reserved, alive_bytes);
+    // So does the active memory timeline, where the allocations live and die in the trace;
+    // the mapped range has no block event and shows as alive from the start.
+    let blocks = Timeline::build(&snap, 0, TimelineKind::Blocks);
+    assert_eq!(blocks.peak_bytes(), 1023 * MIB + 64 * MIB);
+    assert_eq!(blocks.final_bytes(), alive_bytes);
+    assert_eq!((blocks.n_initial(), blocks.n_unmatched_frees()), (1, 0));
 }
 
 #[test]
@@ -82,7 +94,7 @@ fn the_ring_keeps_the_newest_events_and_everything_alive_stays_visible() {
     }
     assert_eq!(r.dropped(1), 6);
     let snap = read_back(&r.to_snapshot(&mut |_| None));
-    assert_eq!(snap.trace(1).len(), 4);
+    assert_eq!(snap.trace(1).len(), 8, "4 events, each a segment and its block");
     assert_eq!(snap.segments.len(), 10);
     // The viewer reconstructs the six allocations from before the window as pre-existing.
     let seg = Timeline::build(&snap, 1, TimelineKind::Segments);
@@ -152,7 +164,7 @@ print(reserved, allocated, len(s['device_traces'][0]), s['device_traces'][0][-1]
     let out = std::process::Command::new("python3").args(["-c", script]).arg(&path).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let total: u64 = alive.iter().map(|a| a.1).sum();
-    assert_eq!(String::from_utf8(out.stdout).unwrap().trim(), format!("{total} {total} 19 oom"));
+    assert_eq!(String::from_utf8(out.stdout).unwrap().trim(), format!("{total} {total} 34 oom"));
 }
 
 #[test]
@@ -212,6 +224,6 @@ fn freeing_null_is_not_an_event() {
     r.record(Event::new(EventKind::PoolFree, 0, 0, 0));
     r.record(Event::new(EventKind::SegmentAlloc, 0, BASE, MIB));
     let snap = r.to_snapshot(&mut |_| None);
-    assert_eq!(snap.trace(0).len(), 1);
+    assert_eq!(snap.trace(0).len(), 2, "only the allocation: its segment and block");
     assert_eq!(snap.trace(0).action(0), Action::SegmentAlloc);
 }

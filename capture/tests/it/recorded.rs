@@ -83,6 +83,10 @@ fn the_known_pattern_recorded_on_an_h100_is_exactly_what_the_program_did() {
     let sum_of = |v: &[(u64, u64)]| v.iter().map(|a| a.1).sum::<u64>();
     assert_eq!(d.segment_timeline.peak_bytes, sum_of(&allocated), "1 + 2 + ... + 512 MiB, all alive at once");
     assert_eq!(d.reserved_bytes, 341 * MIB);
+    // Each allocation is also a block, so the active memory timeline has the same history.
+    assert_eq!(acts(&snap, Action::Alloc), segs);
+    assert_eq!(acts(&snap, Action::FreeCompleted), frees);
+    assert_eq!((d.timeline.peak_bytes, d.timeline.initially_allocated), (sum_of(&allocated), 0));
 }
 
 #[test]
@@ -91,7 +95,7 @@ fn the_rust_api_records_between_start_and_stop() {
     let want = json("api.json");
     assert_eq!(acts(&snap, Action::SegmentAlloc), pairs(&want["allocated"]));
     assert_eq!(acts(&snap, Action::SegmentFree), pairs(&want["freed"]));
-    assert_eq!(snap.trace(0).len(), 4, "nothing after stop()");
+    assert_eq!(snap.trace(0).len(), 8, "4 events (each a segment and its block), nothing after stop()");
     let after = want["after_stop"].as_u64().unwrap();
     assert!(!snap.segments.iter().any(|s| s.address == after));
 }
@@ -100,7 +104,8 @@ fn the_rust_api_records_between_start_and_stop() {
 fn the_ring_kept_the_newest_thousand_events_of_ten_thousand() {
     let snap = load("ring.pickle");
     let t = snap.trace(0);
-    assert_eq!(t.len(), 1000);
+    assert_eq!(t.len(), 2000, "1000 events, each a segment and its block");
+    assert_eq!(acts(&snap, Action::SegmentAlloc).len() + acts(&snap, Action::SegmentFree).len(), 1000);
     // `pattern --loop 5000`: alloc, free, alloc, free... of 64 KiB; the ring ends on a free.
     assert!((0..t.len()).all(|i| t.size(i) == 64 << 10));
     assert_eq!(t.action(t.len() - 1), Action::SegmentFree);

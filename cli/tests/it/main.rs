@@ -168,7 +168,7 @@ fn stats_names_the_device_of_a_captured_snapshot() {
     assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(
-        text.contains("device 0 (NVIDIA H100 80GB HBM3, 79.6GiB, 3.5GiB held by the process): 57 trace entries"),
+        text.contains("device 0 (NVIDIA H100 80GB HBM3, 79.6GiB, 3.5GiB held by the process): 114 trace entries"),
         "{text}"
     );
     let json = stats_json(&file);
