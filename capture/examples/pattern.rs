@@ -79,12 +79,11 @@ fn main() {
     let oom = unsafe { result::malloc_sync(1 << 50) };
     assert!(oom.is_err(), "a 1 PiB allocation succeeded");
 
-    let list = |v: &[(u64, usize)]| v.iter().map(|(p, s)| format!("[{p}, {s}]")).collect::<Vec<_>>().join(", ");
     println!(
         "{{\"allocated\": [{}], \"freed\": [{}], \"mapped\": [{}], \"unmapped\": [[{}, {}]], \"oom_bytes\": {}}}",
-        list(&allocs),
-        list(&freed),
-        list(&mapped),
+        json_pairs(&allocs),
+        json_pairs(&freed),
+        json_pairs(&mapped),
         va + 64 * MIB as u64,
         32 * MIB,
         1u64 << 50
@@ -127,6 +126,14 @@ fn in_process(out: &std::path::Path) {
     session.stop();
     // SAFETY: a plain device allocation after recording stopped; kept until exit.
     let after = unsafe { result::malloc_sync(8 * MIB) }.expect("cuMemAlloc");
-    let list = |v: &[(u64, usize)]| v.iter().map(|(p, s)| format!("[{p}, {s}]")).collect::<Vec<_>>().join(", ");
-    println!("{{\"allocated\": [{}], \"freed\": [{}], \"after_stop\": {after}}}", list(&allocs), list(&allocs[1..2]));
+    println!(
+        "{{\"allocated\": [{}], \"freed\": [{}], \"after_stop\": {after}}}",
+        json_pairs(&allocs),
+        json_pairs(&allocs[1..2])
+    );
+}
+
+/// `[addr, size], ...` for the JSON this program prints.
+fn json_pairs(v: &[(u64, usize)]) -> String {
+    v.iter().map(|(p, s)| format!("[{p}, {s}]")).collect::<Vec<_>>().join(", ")
 }
