@@ -3,8 +3,10 @@
 //   node e2e/bench.js [--sizes 100M,1G]     (after `trunk build --release --offline`)
 // Prints, per size: time from choosing the file to the first complete timeline, the
 // worker's parse throughput next to the native `memscape stats`, pan/zoom frame times,
-// hover and state-selection latencies, the longest main-thread task during the load, and
-// memory (worker wasm + page JS heap) against the file size.
+// hover (the first one right after the first draw included) and state-selection latencies,
+// when the background analyses give the hovered allocation its category, the longest
+// main-thread task during the load, and memory (worker wasm + page JS heap) against the file
+// size.
 import { execFileSync } from 'node:child_process';
 import { statSync, existsSync } from 'node:fs';
 import { join } from 'node:path';
@@ -51,6 +53,16 @@ for (const size of sizes) {
   const longest = Math.max(0, ...(await page.evaluate(() => window.longTasks)));
   const jsHeap = await page.evaluate(() => performance.memory ? performance.memory.usedJSHeapSize : NaN);
 
+  // The first hover, right after the first draw (the worker is then busy with the background
+  // analyses: the answer must not wait for them), and when its category line fills in.
+  const box = await page.locator('#timeline').boundingBox();
+  const drawnAt = await page.evaluate(() => performance.now());
+  await page.mouse.move(box.x + box.width / 2, box.y + box.height - 45);
+  await page.waitForFunction(() => (window.memscapeTimings || []).some(x => x[0] === 'details'), null, { timeout: 600000 });
+  const firstHover = (await timings('details'))[0];
+  await page.waitForFunction(() => document.querySelector('#details tr[data-key="category"]'), null, { timeout: 600000 });
+  const categoryAfter = await page.evaluate(t => performance.now() - t, drawnAt);
+
   // Pan and zoom: each key press is one new view, drawn.
   await page.locator('#timeline').hover();
   await page.evaluate(() => { window.memscapeTimings = []; });
@@ -64,7 +76,6 @@ for (const size of sizes) {
   const frames = await timings('frame');
 
   // Hover: the details of what is under the pointer (hit test here, details from the worker).
-  const box = await page.locator('#timeline').boundingBox();
   {
     const n = (await timings('frame')).length;
     await page.locator('#whole').click();
@@ -76,7 +87,7 @@ for (const size of sizes) {
     await page.waitForTimeout(15);
   }
   await page.waitForTimeout(1500);
-  const details = await timings('details');
+  const details = [firstHover, ...(await timings('details'))];
 
   // Selecting events anywhere in the trace.
   const total = Number((await page.locator('#events-panel h2').textContent()).match(/\d+/)[0]);
@@ -96,7 +107,8 @@ for (const size of sizes) {
   console.log(`longest main-thread task    ${fmt(longest)} ms during the load (target <= 100)`);
   console.log(`memory                      worker wasm ${fmt(wasmMem / MB)} MB + page JS heap ${fmt(jsHeap / MB)} MB = ${fmt((wasmMem + jsHeap) / bytes)}x the file (target <= 2x)`);
   console.log(`pan/zoom frame              median ${fmt(pct(frames, 0.5))} ms, p95 ${fmt(pct(frames, 0.95))} ms over ${frames.length} (target p95 <= 16)`);
-  console.log(`hover details               median ${fmt(pct(details, 0.5))} ms, p95 ${fmt(pct(details, 0.95))} ms over ${details.length} (target <= 2)`);
+  console.log(`hover details               median ${fmt(pct(details, 0.5))} ms, p95 ${fmt(pct(details, 0.95))} ms over ${details.length}, the first after load included (target p95 <= 16)`);
+  console.log(`first hover after load      ${fmt(firstHover)} ms; its category line ${fmt(categoryAfter)} ms after the first draw (the background analyses)`);
   console.log(`select an event (state)     median ${fmt(pct(state, 0.5))} ms, max ${fmt(Math.max(...state))} ms over ${state.length} (target <= 50)`);
 }
 await srv.close();

@@ -13,6 +13,8 @@ use wasm_bindgen::JsCast;
 use web_sys::{ErrorEvent, MessageEvent, Worker};
 
 type LoadHandler = Rc<dyn Fn(u32, LoadEvent)>;
+/// Who hears that a file's background analysis of a device finished.
+type AnalysedHandler = Rc<RefCell<Option<Rc<dyn Fn(DocId, u32)>>>>;
 
 /// A handle on the workers (cheap to clone).
 #[derive(Clone)]
@@ -26,6 +28,7 @@ struct Pool {
     docs: RefCell<HashMap<DocId, Rc<Conn>>>,
     /// Workers still loading, by load id.
     loading: RefCell<HashMap<u32, Rc<Conn>>>,
+    analysed: AnalysedHandler,
 }
 
 /// One worker and what the page waits on from it.
@@ -40,6 +43,7 @@ struct Conn {
     blob: web_sys::Blob,
     /// Why the worker stopped, once it has.
     dead: RefCell<Option<String>>,
+    analysed: AnalysedHandler,
 }
 
 /// Prepares the workers' boot script. Their code is built by Trunk next to the page
@@ -71,11 +75,12 @@ pub fn start() -> Result<Client, JsValue> {
         next: Cell::new(1),
         docs: RefCell::new(HashMap::new()),
         loading: RefCell::new(HashMap::new()),
+        analysed: Rc::new(RefCell::new(None)),
     })))
 }
 
 impl Conn {
-    fn spawn(boot: &str, name: &str, blob: &web_sys::Blob) -> Result<Rc<Conn>, JsValue> {
+    fn spawn(boot: &str, name: &str, blob: &web_sys::Blob, analysed: &AnalysedHandler) -> Result<Rc<Conn>, JsValue> {
         let conn = Rc::new(Conn {
             worker: Worker::new(boot)?,
             name: name.to_string(),
@@ -85,6 +90,7 @@ impl Conn {
             load: RefCell::new(None),
             blob: blob.clone(),
             dead: RefCell::new(None),
+            analysed: analysed.clone(),
         });
         let weak = Rc::downgrade(&conn);
         let onmessage = Closure::<dyn Fn(MessageEvent)>::new(move |m: MessageEvent| {
@@ -138,6 +144,12 @@ impl Conn {
                 }
             }
             FromWorker::Crashed(words) => self.died(&words),
+            FromWorker::Analysed { doc, device } => {
+                let handler = self.analysed.borrow().clone();
+                if let Some(h) = handler {
+                    h(doc, device);
+                }
+            }
             FromWorker::Reply { id, response } => {
                 if let Some(tx) = self.pending.borrow_mut().remove(&id) {
                     let _ = tx.send(response);
@@ -241,7 +253,7 @@ impl Client {
             }
             on_event(id, event);
         });
-        let conn = match Conn::spawn(&self.0.boot, name, blob) {
+        let conn = match Conn::spawn(&self.0.boot, name, blob, &self.0.analysed) {
             Ok(c) => c,
             Err(e) => {
                 handler(id, LoadEvent::Failed(format!("{name}: the browser could not start a worker: {e:?}")));
@@ -253,6 +265,12 @@ impl Client {
         let msg = js_sys::Array::of3(&JsValue::from(id), blob, &JsValue::from_str(name));
         conn.post(msg.into());
         id
+    }
+
+    /// Calls `f(doc, device)` whenever a worker finishes the background analysis of a device
+    /// (details asked from then on carry their category).
+    pub fn on_analysed(&self, f: impl Fn(DocId, u32) + 'static) {
+        self.0.analysed.replace(Some(Rc::new(f)));
     }
 
     /// The file an open document was read from.

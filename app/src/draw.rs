@@ -359,9 +359,11 @@ fn y_grid(ctx: &Ctx, w: f64, top: u64, y_max: f64, y: &dyn Fn(f64) -> f64, th: &
     ctx.set_font("11px system-ui, sans-serif");
     ctx.set_text_baseline("middle");
     ctx.set_text_align("right");
-    let step = byte_step(top.max(1));
-    let mut t = 0u64;
-    while (t as f64) <= y_max {
+    let step = byte_step(top.max(1)).max(1);
+    // Ticks by count, so that no total near u64::MAX (a hostile file) can wrap the sum.
+    let ticks = (y_max / step as f64).floor().clamp(0.0, 1000.0) as u64;
+    for k in 0..=ticks {
+        let t = k.saturating_mul(step);
         let yy = y(t as f64).round() + 0.5;
         ctx.set_stroke_style_str(&th.grid);
         ctx.begin_path();
@@ -370,7 +372,6 @@ fn y_grid(ctx: &Ctx, w: f64, top: u64, y_max: f64, y: &dyn Fn(f64) -> f64, th: &
         ctx.stroke();
         ctx.set_fill_style_str(&th.fg);
         let _ = ctx.fill_text(&format_size(i128::from(t)), LEFT - 6.0, yy);
-        t += step.max(1);
     }
 }
 

@@ -362,6 +362,25 @@ fn App() -> impl IntoView {
         first_draw: StoredValue::new(None),
     };
     let i = insight::I::new(s);
+    // A hovered or pinned allocation whose category was still being worked out gets it as
+    // soon as the worker has it.
+    worker().on_analysed(move |doc, device| {
+        let Some(t) = s.tab_untracked() else { return };
+        if t.info.doc != doc || t.device != device {
+            return;
+        }
+        for shown in [s.hover, s.pinned] {
+            let waiting = shown.with_untracked(|d| d.as_ref().filter(|d| d.class_pending).map(|d| (d.element, d.kind)));
+            let Some((element, kind)) = waiting else { continue };
+            spawn_local(async move {
+                if let Response::Details(d) = worker().ask(Request::Details { doc, device, kind, element }).await {
+                    if shown.with_untracked(|x| x.as_ref().map(|x| x.element)) == Some(element) {
+                        shown.set(Some(d));
+                    }
+                }
+            });
+        }
+    });
     if let Some(f) = s.restore.get_untracked().and_then(|h| h.into_iter().find(|(k, _)| k == "file").map(|(_, v)| v)) {
         if f != EXAMPLE {
             s.notice.set(Some(format!("Open {f} again to restore the view saved in this link.")));
@@ -1058,6 +1077,7 @@ fn DetailsPanel(s: S) -> impl IntoView {
                             {d.user_metadata.clone().map(|c| row("user metadata", c))}
                             {d.category.clone().map(|c| row("category field", c))}
                             {d.class.clone().map(|(c, why)| row("category", format!("{}: {why}", c.label())))}
+                            {d.class_pending.then(|| view! { <tr data-key="category-pending"><th>"category"</th><td>"being worked out for the whole file…"</td></tr> })}
                         </table>
                         <div class="stack-tools">
                             <label><input id="all-frames" type="checkbox" prop:checked=move || s.all_frames.get()

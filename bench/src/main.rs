@@ -1,4 +1,5 @@
 //! `cargo run --release -p bench -- [--sizes 100M,1G] [--dir DIR] [--skip-baselines]`
+//! (and `cargo run -p bench -- scale`: how the cost of every analysis grows, see `scale.rs`)
 //!
 //! Generates snapshots with `snapshot::synth`, then measures, each in a fresh process so
 //! peak resident memory is honest: this reader, `pickled` (a correct general pickle reader)
@@ -11,6 +12,8 @@ use std::time::Instant;
 
 use anyhow::{bail, Context as _};
 use serde_json::json;
+
+mod scale;
 
 fn peak_rss_bytes() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -173,6 +176,32 @@ print(json.dumps({"seconds": s, "peak_rss_bytes": resource.getrusage(resource.RU
     Ok(serde_json::from_slice(&out.stdout)?)
 }
 
+/// Wall seconds of `memscape stats --json FILE` (the binary built beside this one: `cargo
+/// build --release -p cli`) and of Python loading the same file, whole processes each,
+/// alternating, medians of 3.
+fn stats_against_python(path: &Path) -> anyhow::Result<(f64, f64)> {
+    let exe = std::env::current_exe()?;
+    let memscape = exe.with_file_name("memscape");
+    if !memscape.exists() {
+        bail!("{} is not built (cargo build --release -p cli)", memscape.display());
+    }
+    let wall = |cmd: &mut Command| -> anyhow::Result<f64> {
+        let t = Instant::now();
+        let out = cmd.output()?;
+        if !out.status.success() {
+            bail!("{:?} failed: {}", cmd, String::from_utf8_lossy(&out.stderr));
+        }
+        Ok(t.elapsed().as_secs_f64())
+    };
+    let (mut ours, mut python) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        ours.push(wall(Command::new(&memscape).args(["stats", "--json"]).arg(path))?);
+        let load = "import pickle, sys; pickle.load(open(sys.argv[1], 'rb'))";
+        python.push(wall(Command::new("python3").args(["-c", load]).arg(path))?);
+    }
+    Ok((median(ours), median(python)))
+}
+
 fn parse_size(s: &str) -> anyhow::Result<u64> {
     let s = s.trim().to_ascii_uppercase();
     let (n, m) = if let Some(n) = s.strip_suffix('G') {
@@ -187,8 +216,10 @@ fn parse_size(s: &str) -> anyhow::Result<u64> {
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some("--child") {
-        return child(&args[1], Path::new(&args[2]), args[3].parse()?);
+    match args.first().map(String::as_str) {
+        Some("--child") => return child(&args[1], Path::new(&args[2]), args[3].parse()?),
+        Some("scale") => return scale::main(&args[1..]),
+        _ => {}
     }
     let mut sizes = vec!["100M".to_string(), "1G".to_string()];
     let mut dir = std::env::temp_dir().join("memscape-bench");
@@ -240,6 +271,14 @@ fn main() -> anyhow::Result<()> {
             match run_python(&path) {
                 Ok(v) => row("python3 pickle.loads", &v),
                 Err(e) => println!("| python3 pickle.loads | failed: {e} | | | |"),
+            }
+            match stats_against_python(&path) {
+                Ok((ours, python)) => println!(
+                    "\nwhole commands, median of 3, alternating: `memscape stats --json` (read + every analysis) {ours:.3} s; \
+                     `python3 -c 'pickle.load(open(f, \"rb\"))'` {python:.3} s: memscape {:.1}x faster",
+                    python / ours
+                ),
+                Err(e) => println!("\nwhole commands: not run: {e}"),
             }
         }
         println!("\nmodel: {:.1} MB = {:.2}x the file", model as f64 / 1e6, model as f64 / file_bytes as f64);

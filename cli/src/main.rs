@@ -239,12 +239,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let snap = &loaded.snapshot;
             let mut categories = Vec::new();
             let summary = snapshot::stats::summary_with(snap, |tl| {
-                let d = tl.device();
-                if snap.trace(d).is_empty() && !snap.segments.iter().any(|s| s.device == d as i64) {
-                    return;
-                }
-                let cats = snapshot::categories::analyze(snap, tl, &rules);
-                categories.push(cats.report(tl, rules.rules()));
+                let cats = snapshot::categories::analyze(snap, &tl, &rules);
+                categories.push(cats.report(&tl, rules.rules()));
             });
             let mut out = std::io::stdout().lock();
             if json {

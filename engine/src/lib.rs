@@ -11,11 +11,11 @@ pub mod protocol;
 #[allow(missing_docs)]
 pub mod raster;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use protocol::*;
-use snapshot::categories::{Categories, Compiled};
-use snapshot::state::StateIndex;
+use snapshot::categories::{Analysis, Categories, Compiled};
+use snapshot::state::{StateBuilder, StateIndex};
 use snapshot::timeline::{LodQuery, Origin, Timeline};
 use snapshot::{frames, search, stats, Action, Limits, Loader, Snapshot};
 
@@ -64,6 +64,20 @@ struct Lane {
     hits: Option<(Vec<bool>, u32)>,
 }
 
+impl Lane {
+    /// A laid-out timeline with its OOM and annotation lanes.
+    fn new(snap: &Snapshot, timeline: Timeline) -> Lane {
+        let device = timeline.device() as u32;
+        let trace = snap.trace(device as usize);
+        let ooms = (0..trace.len())
+            .filter(|&i| trace.action(i) == Action::Oom)
+            .map(|i| timeline.step_of_entry(i as u32))
+            .collect();
+        let spans = spans(snap, &timeline, device);
+        Lane { timeline, ooms, spans, hits: None }
+    }
+}
+
 struct Doc {
     info: DocInfo,
     snap: Snapshot,
@@ -72,6 +86,34 @@ struct Doc {
     rules: Compiled,
     /// Categories per device, made with `rules`.
     cats: HashMap<u32, (Categories, Report)>,
+    /// Whole-file analyses under way in the background, first in line first.
+    jobs: VecDeque<Job>,
+}
+
+/// A whole-file analysis done in slices by [`Engine::work`], so that no view, hit or
+/// details request waits for it; a request that needs its result finishes it at once.
+enum Job {
+    /// The categories of a device (its blocks timeline is laid out).
+    Categories(u32, Box<Analysis>),
+    /// The allocator-state checkpoints of a device.
+    State(u32, Box<StateBuilder>),
+}
+
+impl Job {
+    fn device(&self) -> u32 {
+        match self {
+            Job::Categories(d, _) | Job::State(d, _) => *d,
+        }
+    }
+}
+
+/// What one call of [`Engine::work`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Work {
+    /// Background work is left.
+    pub more: bool,
+    /// Devices whose categories became ready in this call.
+    pub analysed: Vec<(DocId, u32)>,
 }
 
 /// The open files.
@@ -107,7 +149,14 @@ impl Engine {
         let loaded = loading.loader.finish().map_err(|e| failed(&name, &e))?;
         let parsed = now_ms();
         let snap = loaded.snapshot;
-        let summary = stats::summary(&snap);
+        // The summary lays out every device; the default one's layout is kept for its lane.
+        let default_device = snap.default_device();
+        let mut first_lane = None;
+        let summary = stats::summary_with(&snap, |tl| {
+            if Some(tl.device()) == default_device {
+                first_lane = Some(tl);
+            }
+        });
         let devices = snap
             .devices()
             .into_iter()
@@ -125,7 +174,7 @@ impl Engine {
             format: format!("{:?}", loaded.format),
             warnings: loaded.warnings.iter().map(|w| w.to_string()).collect(),
             devices,
-            default_device: snap.default_device().map(|d| d as u32),
+            default_device: default_device.map(|d| d as u32),
             summary,
             parse_ms: parsed - loading.started,
             layout_ms: 0.0,
@@ -139,14 +188,38 @@ impl Engine {
             states: HashMap::new(),
             rules: Compiled::default(),
             cats: HashMap::new(),
+            jobs: VecDeque::new(),
         };
-        if let Some(dev) = d.info.default_device {
-            d.lane(dev, Kind::Blocks);
+        // The default device is laid out now (by the summary); its analyses wait for its first
+        // view, so that nothing delays the first picture.
+        if let Some(tl) = first_lane {
+            let lane = Lane::new(&d.snap, tl);
+            d.lanes.insert((lane.timeline.device() as u32, Kind::Blocks), lane);
         }
         d.info.layout_ms = now_ms() - parsed;
         let info = d.info.clone();
         self.docs.insert(doc, d);
         Ok(info)
+    }
+
+    /// Does about `units` units (entries, elements or steps) of the background analyses and
+    /// returns: the caller answers waiting requests between two calls. What is scheduled:
+    /// the categories and the allocator-state checkpoints of every device that has been
+    /// viewed, so that the category of a hovered allocation, the category view and the
+    /// allocator state are ready before they are asked for.
+    pub fn work(&mut self, units: usize) -> Work {
+        let mut out = Work::default();
+        let Some((&id, doc)) = self.docs.iter_mut().find(|(_, d)| !d.jobs.is_empty()) else { return out };
+        if let Some(device) = doc.work(units) {
+            out.analysed.push((id, device));
+        }
+        out.more = self.docs.values().any(|d| !d.jobs.is_empty());
+        out
+    }
+
+    /// Background work is left ([`Engine::work`]).
+    pub fn has_work(&self) -> bool {
+        self.docs.values().any(|d| !d.jobs.is_empty())
     }
 
     /// Answers one request.
@@ -186,7 +259,20 @@ impl Engine {
                 Ok(c) => {
                     if doc.rules.rules() != &rules {
                         doc.rules = c;
-                        doc.cats.clear();
+                        // Analyses made or begun with the old rules start again.
+                        let mut devices: Vec<u32> = doc.cats.drain().map(|(d, _)| d).collect();
+                        doc.jobs.retain(|j| match j {
+                            Job::Categories(d, _) => {
+                                devices.push(*d);
+                                false
+                            }
+                            Job::State(..) => true,
+                        });
+                        devices.sort_unstable();
+                        devices.dedup();
+                        for d in devices {
+                            doc.schedule(d);
+                        }
                     }
                     Response::Done
                 }
@@ -240,17 +326,82 @@ pub fn colour(seed: u32) -> u32 {
 }
 
 impl Doc {
+    /// Puts the analyses of `device` in line for the background, unless they are done or
+    /// already in line. Its blocks timeline must be laid out.
+    fn schedule(&mut self, device: u32) {
+        let Some(lane) = self.lanes.get(&(device, Kind::Blocks)) else { return };
+        let queued = |jobs: &VecDeque<Job>, cats: bool| {
+            jobs.iter().any(|j| j.device() == device && matches!(j, Job::Categories(..)) == cats)
+        };
+        if !self.cats.contains_key(&device) && !queued(&self.jobs, true) {
+            let a = Analysis::new(&self.snap, &lane.timeline, &self.rules);
+            self.jobs.push_back(Job::Categories(device, Box::new(a)));
+        }
+        if !self.states.contains_key(&device) && !queued(&self.jobs, false) {
+            self.jobs.push_back(Job::State(device, Box::new(StateBuilder::new(&self.snap, device as usize))));
+        }
+    }
+
+    /// A slice of the first job in line; the device whose categories it finished, if any.
+    fn work(&mut self, units: usize) -> Option<u32> {
+        let done = match self.jobs.front_mut()? {
+            Job::Categories(device, a) => {
+                a.work(&self.snap, &self.lanes.get(&(*device, Kind::Blocks))?.timeline, units)
+            }
+            Job::State(_, b) => b.work(&self.snap, units),
+        };
+        if !done {
+            return None;
+        }
+        match self.jobs.pop_front()? {
+            Job::Categories(device, a) => {
+                self.finish_categories(device, Some(*a));
+                Some(device)
+            }
+            Job::State(device, b) => {
+                self.states.insert(device, b.finish(&self.snap));
+                None
+            }
+        }
+    }
+
+    /// Finishes the categories of `device` now: from where the background got to, or from
+    /// the start.
+    fn finish_categories(&mut self, device: u32, begun: Option<Analysis>) {
+        let (snap, rules) = (&self.snap, &self.rules);
+        let Some(lane) = self.lanes.get(&(device, Kind::Blocks)) else { return };
+        let tl = &lane.timeline;
+        let cats = begun.unwrap_or_else(|| Analysis::new(snap, tl, rules)).finish(snap, tl);
+        // The findings are made once with the categories; views only add columns.
+        let report = cats.report(tl, rules.rules());
+        self.cats.insert(device, (cats, report));
+    }
+
+    /// The categories of `device`, finishing their analysis now if it is not done.
     fn categories(&mut self, device: u32) -> &Categories {
         self.lane(device, Kind::Blocks);
-        let (snap, lanes, rules) = (&self.snap, &self.lanes, &self.rules);
-        let (cats, _) = self.cats.entry(device).or_insert_with(|| {
-            // The findings are made once with the categories; views only add columns.
-            let tl = &lanes[&(device, Kind::Blocks)].timeline;
-            let cats = snapshot::categories::analyze(snap, tl, rules);
-            let report = cats.report(tl, rules.rules());
-            (cats, report)
-        });
-        cats
+        if !self.cats.contains_key(&device) {
+            let begun = self.jobs.iter().position(|j| matches!(j, Job::Categories(d, _) if *d == device));
+            let begun = begun.and_then(|k| self.jobs.remove(k)).and_then(|j| match j {
+                Job::Categories(_, a) => Some(*a),
+                Job::State(..) => None,
+            });
+            self.finish_categories(device, begun);
+        }
+        &self.cats[&device].0
+    }
+
+    /// The allocator-state index of `device`, finishing its checkpoints now if needed.
+    fn state_index(&mut self, device: u32) -> &StateIndex {
+        if !self.states.contains_key(&device) {
+            let begun = self.jobs.iter().position(|j| matches!(j, Job::State(d, _) if *d == device));
+            let builder = match begun.and_then(|k| self.jobs.remove(k)) {
+                Some(Job::State(_, b)) => *b,
+                _ => StateBuilder::new(&self.snap, device as usize),
+            };
+            self.states.insert(device, builder.finish(&self.snap));
+        }
+        &self.states[&device]
     }
 
     fn categories_vm(&mut self, device: u32, start: f64, end: f64, columns: u32, at: Option<u32>) -> CategoriesVm {
@@ -280,16 +431,9 @@ impl Doc {
 
     fn lane(&mut self, device: u32, kind: Kind) -> &mut Lane {
         let snap = &self.snap;
-        self.lanes.entry((device, kind)).or_insert_with(|| {
-            let timeline = Timeline::build(snap, device as usize, kind);
-            let trace = snap.trace(device as usize);
-            let ooms = (0..trace.len())
-                .filter(|&i| trace.action(i) == Action::Oom)
-                .map(|i| timeline.step_of_entry(i as u32))
-                .collect();
-            let spans = spans(snap, &timeline, device);
-            Lane { timeline, ooms, spans, hits: None }
-        })
+        self.lanes
+            .entry((device, kind))
+            .or_insert_with(|| Lane::new(snap, Timeline::build(snap, device as usize, kind)))
     }
 
     fn clear_search(&mut self) {
@@ -301,6 +445,7 @@ impl Doc {
     fn view(&mut self, q: &ViewQuery) -> ViewModel {
         self.lane(q.device, Kind::Blocks);
         self.lane(q.device, q.kind);
+        self.schedule(q.device);
         let lane = &self.lanes[&(q.device, q.kind)];
         let tl = &lane.timeline;
         let blocks = &self.lanes[&(q.device, Kind::Blocks)].timeline;
@@ -374,10 +519,18 @@ impl Doc {
         }
     }
 
+    /// Everything the element itself says, at once; its category only when the background
+    /// analysis has it (`class_pending` otherwise: a hover never waits for a whole file).
     fn details(&mut self, device: u32, kind: Kind, element: u32) -> Option<Details> {
-        let class = (kind == Kind::Blocks).then(|| self.categories(device).class(element));
-        let class = class.map(|c| (c.category, c.why.describe(self.rules.rules())));
         self.lane(device, kind);
+        let class = if kind == Kind::Blocks {
+            self.schedule(device);
+            self.cats.get(&device).map(|(c, _)| c.class(element))
+        } else {
+            None
+        };
+        let class_pending = kind == Kind::Blocks && class.is_none();
+        let class = class.map(|c| (c.category, c.why.describe(self.rules.rules())));
         let lane = &self.lanes[&(device, kind)];
         let snap = &self.snap;
         let tl = &lane.timeline;
@@ -422,6 +575,7 @@ impl Doc {
             user_metadata: entry.and_then(|i| text(trace.user_metadata(i))).filter(|s| !s.is_empty()),
             category: entry.and_then(|i| text(trace.category(i))),
             class,
+            class_pending,
             origin,
             frames: stack.map(|s| frames::stack_lines(snap, s, true)).unwrap_or_default(),
             all_frames: stack.map(|s| frames::stack_lines(snap, s, false)).unwrap_or_default(),
@@ -458,9 +612,8 @@ impl Doc {
 
     fn state(&mut self, device: u32, entry: Option<u32>) -> StateView {
         let step = entry.map(|e| self.lane(device, Kind::Blocks).timeline.step_of_entry(e));
-        let snap = &self.snap;
-        let idx = self.states.entry(device).or_insert_with(|| StateIndex::build(snap, device as usize));
-        let st = idx.state_after(snap, entry.map(|e| e as usize));
+        self.state_index(device);
+        let st = self.states[&device].state_after(&self.snap, entry.map(|e| e as usize));
         let mut pools = std::collections::HashSet::new();
         let mut pending = 0;
         let segments: Vec<SegmentVm> = st

@@ -96,6 +96,12 @@ pub enum FromWorker {
         id: u32,
         event: LoadEvent,
     },
+    /// The background analysis of a device finished: details asked from now on carry their
+    /// category.
+    Analysed {
+        doc: DocId,
+        device: u32,
+    },
     Reply {
         id: u32,
         response: Response,
@@ -258,6 +264,9 @@ pub struct Details {
     pub category: Option<String>,
     /// Blocks: what it is for and the rule that decided it.
     pub class: Option<(Category, String)>,
+    /// Blocks: the categories are still being worked out in the background; `class` comes
+    /// with a later answer (the worker says `FromWorker::Analysed` when it is ready).
+    pub class_pending: bool,
     /// `Allocated in the trace`, `Freed in the trace, allocated before recording began`, ...
     pub origin: String,
     pub frames: Vec<String>,

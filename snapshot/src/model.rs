@@ -2,6 +2,8 @@
 //! (a frame or stack shared in the pickle is stored once), segments and blocks with every
 //! field of the format, and one columnar trace per device.
 
+use rustc_hash::FxHashMap;
+
 use crate::intern::{StrId, Strings};
 use crate::value::Value;
 
@@ -321,6 +323,9 @@ pub struct Trace {
     user_metadata: Sparse32,
     category: Sparse32,
     pools: Vec<PoolId>,
+    /// Position of each pool in `pools`, so an entry finds its pool in O(1) however many
+    /// there are.
+    pool_index: FxHashMap<PoolId, u32>,
     pool: Sparse32,
     other_actions: Vec<(u32, StrId)>,
     device_free: Vec<(u32, u64)>,
@@ -374,13 +379,14 @@ impl Trace {
         self.category.set(row, e.category.map_or(0, |s| s.0 + 1));
         let pool = match e.pool_id {
             None => 0,
-            Some(p) => match self.pools.iter().position(|&q| q == p) {
-                Some(i) => i as u32 + 1,
-                None => {
+            Some(p) => {
+                let next = self.pools.len() as u32;
+                let k = *self.pool_index.entry(p).or_insert(next);
+                if k == next {
                     self.pools.push(p);
-                    self.pools.len() as u32
                 }
-            },
+                k + 1
+            }
         };
         self.pool.set(row, pool);
         if let Some(f) = e.device_free {
@@ -699,10 +705,14 @@ impl Snapshot {
     /// The device to open first: the one with the most trace entries, then the most
     /// segments; `None` when nothing is recorded.
     pub fn default_device(&self) -> Option<usize> {
-        self.devices().into_iter().max_by_key(|&d| {
-            let segs = self.segments.iter().filter(|s| s.device == d as i64).count();
-            (self.trace(d).len(), segs, std::cmp::Reverse(d))
-        })
+        // Segments counted once per device, not once per device and segment.
+        let mut segs: FxHashMap<i64, usize> = FxHashMap::default();
+        for s in &self.segments {
+            *segs.entry(s.device).or_default() += 1;
+        }
+        self.devices()
+            .into_iter()
+            .max_by_key(|&d| (self.trace(d).len(), segs.get(&(d as i64)).copied().unwrap_or(0), std::cmp::Reverse(d)))
     }
 
     /// Approximate heap bytes used by the model.

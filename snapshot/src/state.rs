@@ -155,7 +155,6 @@ pub struct StateIndex {
     /// `checkpoints[k]` is the state after entry `min((k + 1) * every, n) - 1`.
     checkpoints: Vec<Checkpoint>,
     initial: Checkpoint,
-    totals: Vec<(u64, u64)>,
 }
 
 /// The allocator state at one point.
@@ -209,59 +208,112 @@ pub struct BlockView {
     pub stack: Option<StackId>,
 }
 
-impl StateIndex {
-    /// Undoes the whole trace of `device` once, keeping checkpoints.
-    pub fn build(snap: &Snapshot, device: usize) -> StateIndex {
-        let t = snap.trace(device);
-        let n = t.len();
-        let every = (n / 128).max(1024);
-        let mut live = Live::default();
-        for s in snap.segments.iter().filter(|s| s.device == device as i64) {
-            let seg = Seg {
-                size: s.total_size,
-                stream: s.stream,
-                pool: s.segment_pool_id,
-                expandable: s.is_expandable == Some(true),
+/// A [`StateIndex`] being built, in slices: [`StateBuilder::work`] undoes at most a given
+/// number of entries and returns, so the viewer's worker can answer between two slices.
+#[derive(Clone, Debug)]
+pub struct StateBuilder {
+    device: usize,
+    n_entries: usize,
+    every: usize,
+    live: Live,
+    /// The next entry to undo is `next - 1`.
+    next: usize,
+    checkpoints: Vec<Option<Checkpoint>>,
+}
+
+/// The allocator as the final snapshot of `device` leaves it.
+fn final_state(snap: &Snapshot, device: usize) -> Live {
+    let mut live = Live::default();
+    for s in snap.segments.iter().filter(|s| s.device == device as i64) {
+        let seg = Seg {
+            size: s.total_size,
+            stream: s.stream,
+            pool: s.segment_pool_id,
+            expandable: s.is_expandable == Some(true),
+        };
+        live.insert_seg(s.address, seg);
+        for (b, addr) in s.blocks.iter().zip(s.block_addresses()) {
+            let pending = match b.state {
+                BlockState::ActiveAllocated => false,
+                BlockState::ActivePendingFree => true,
+                _ => continue,
             };
-            live.insert_seg(s.address, seg);
-            for (b, addr) in s.blocks.iter().zip(s.block_addresses()) {
-                let pending = match b.state {
-                    BlockState::ActiveAllocated => false,
-                    BlockState::ActivePendingFree => true,
-                    _ => continue,
-                };
-                let blk = Blk { size: b.size, requested: b.requested_bytes(), pending, stack: b.stack() };
-                live.insert_block(addr, blk);
-            }
+            let blk = Blk { size: b.size, requested: b.requested_bytes(), pending, stack: b.stack() };
+            live.insert_block(addr, blk);
         }
-        let n_cp = n.div_ceil(every);
-        let mut checkpoints: Vec<Option<Checkpoint>> = vec![None; n_cp];
-        let mut totals = vec![(0u64, 0u64); n];
-        for i in (0..n).rev() {
-            totals[i] = (live.reserved, live.allocated);
-            if i + 1 == n || (i + 1) % every == 0 {
-                checkpoints[i / every] = Some(live.checkpoint());
-            }
-            live.undo(t, i);
-        }
-        StateIndex {
+    }
+    live
+}
+
+/// (reserved, allocated) bytes after each entry of `device`, by the same reverse replay as
+/// [`StateIndex`] (which does not keep them: 16 bytes an entry).
+pub fn totals(snap: &Snapshot, device: usize) -> Vec<(u64, u64)> {
+    let t = snap.trace(device);
+    let mut live = final_state(snap, device);
+    let mut out = vec![(0, 0); t.len()];
+    for i in (0..t.len()).rev() {
+        out[i] = (live.reserved, live.allocated);
+        live.undo(t, i);
+    }
+    out
+}
+
+impl StateBuilder {
+    /// Starts from the final snapshot of `device` (O(segments + blocks)).
+    pub fn new(snap: &Snapshot, device: usize) -> StateBuilder {
+        let n = snap.trace(device).len();
+        let every = (n / 128).max(1024);
+        StateBuilder {
             device,
             n_entries: n,
             every,
-            checkpoints: checkpoints.into_iter().flatten().collect(),
-            initial: live.checkpoint(),
-            totals,
+            live: final_state(snap, device),
+            next: n,
+            checkpoints: vec![None; n.div_ceil(every)],
         }
+    }
+
+    /// Undoes at most `units` more entries (a checkpoint costs as many units as it holds
+    /// segments and blocks); true when every entry is undone.
+    pub fn work(&mut self, snap: &Snapshot, units: usize) -> bool {
+        let t = snap.trace(self.device);
+        let mut left = units.max(1);
+        while self.next > 0 && left > 0 {
+            let i = self.next - 1;
+            if i + 1 == self.n_entries || (i + 1).is_multiple_of(self.every) {
+                self.checkpoints[i / self.every] = Some(self.live.checkpoint());
+                left = left.saturating_sub(self.live.segs.len() + self.live.blocks.len());
+            }
+            self.live.undo(t, i);
+            self.next = i;
+            left = left.saturating_sub(1);
+        }
+        self.next == 0
+    }
+
+    /// Undoes what is left at once and returns the index.
+    pub fn finish(mut self, snap: &Snapshot) -> StateIndex {
+        while !self.work(snap, usize::MAX) {}
+        StateIndex {
+            device: self.device,
+            n_entries: self.n_entries,
+            every: self.every,
+            checkpoints: self.checkpoints.into_iter().flatten().collect(),
+            initial: self.live.checkpoint(),
+        }
+    }
+}
+
+impl StateIndex {
+    /// Undoes the whole trace of `device` once, keeping checkpoints ([`StateBuilder`] does
+    /// the same in slices).
+    pub fn build(snap: &Snapshot, device: usize) -> StateIndex {
+        StateBuilder::new(snap, device).finish(snap)
     }
 
     /// The device.
     pub fn device(&self) -> usize {
         self.device
-    }
-
-    /// (reserved, allocated) bytes after each entry.
-    pub fn totals(&self) -> &[(u64, u64)] {
-        &self.totals
     }
 
     /// The state after `entry` (`None`: before the first entry). Entries past the end give

@@ -91,9 +91,10 @@ pub fn summary(snap: &Snapshot) -> Summary {
     summary_with(snap, |_| {})
 }
 
-/// Computes the summary and hands each device's blocks timeline to `also` before dropping
-/// it, for analyses that need the same layout (the command line's categories).
-pub fn summary_with(snap: &Snapshot, mut also: impl FnMut(&Timeline)) -> Summary {
+/// Computes the summary and hands each device's blocks timeline to `also`, for analyses that
+/// need the same layout (the command line's categories; the viewer keeps the one it shows
+/// first instead of laying it out again).
+pub fn summary_with(snap: &Snapshot, mut also: impl FnMut(Timeline)) -> Summary {
     let mut s = Summary {
         segments: snap.segments.len() as u64,
         total_reserved: 0,
@@ -126,7 +127,7 @@ pub fn summary_with(snap: &Snapshot, mut also: impl FnMut(&Timeline)) -> Summary
             segment_timeline: TimelineSummary::of(&segs),
             gpu: gpus.iter().find(|g| g.device == d as i64).cloned(),
         });
-        also(&blocks);
+        also(blocks);
     }
     s
 }

@@ -73,6 +73,9 @@ pub struct Timeline {
     n_snapshot: usize,
     classes: Vec<ClassIndex>,
     block_argmax: Vec<u32>,
+    /// The first step with the highest total, found once at layout: callers ask for it per
+    /// request and per step, so it must not cost a scan.
+    peak_step: u32,
 }
 
 const BLOCK: usize = 64;
@@ -146,16 +149,22 @@ fn visit_range(tree: &[u32], leaves: usize, q: (usize, usize), keep: &impl Fn(u3
 
 /// The first index at or after `from` whose value exceeds `x` (values sorted), by galloping.
 fn gallop(v: &[u32], from: usize, x: u32) -> usize {
+    gallop_while(v, from, |e| e <= x)
+}
+
+/// The first index at or after `from` whose value fails `before` (which holds for a prefix
+/// of the sorted values), by galloping: O(log d) for an answer d places on.
+pub(crate) fn gallop_while(v: &[u32], from: usize, before: impl Fn(u32) -> bool) -> usize {
     let mut step = 1;
     let mut lo = from;
     let mut hi = from;
-    while hi < v.len() && v[hi] <= x {
+    while hi < v.len() && before(v[hi]) {
         lo = hi + 1;
         hi += step;
         step *= 2;
     }
     let hi = hi.min(v.len());
-    lo + v[lo.min(hi)..hi].partition_point(|&e| e <= x)
+    lo + v[lo.min(hi)..hi].partition_point(|&e| before(e))
 }
 
 impl ClassIndex {
@@ -461,7 +470,13 @@ impl Timeline {
                 run.max(0) as u64
             })
             .collect();
-        let block_argmax = totals.chunks(BLOCK).enumerate().map(|(b, c)| (b * BLOCK + argmax(c)) as u32).collect();
+        let block_argmax: Vec<u32> =
+            totals.chunks(BLOCK).enumerate().map(|(b, c)| (b * BLOCK + argmax(c)) as u32).collect();
+        let peak_step =
+            block_argmax
+                .iter()
+                .copied()
+                .fold(0, |best, i| if totals[i as usize] > totals[best as usize] { i } else { best });
         let mut by_class: Vec<Vec<u32>> = vec![Vec::new(); 65];
         for (i, e) in elements.iter().enumerate() {
             by_class[size_class(e.size)].push(i as u32);
@@ -478,6 +493,7 @@ impl Timeline {
             initial_total,
             classes,
             block_argmax,
+            peak_step,
         }
     }
 
@@ -525,13 +541,17 @@ impl Timeline {
     pub fn initial_bytes(&self) -> u64 {
         self.initial_total
     }
-    /// Highest total, the initial state included.
+    /// Highest total, the initial state included (O(1)).
     pub fn peak_bytes(&self) -> u64 {
-        self.totals.iter().copied().max().unwrap_or(0).max(self.initial_total)
+        self.peak_total().max(self.initial_total)
     }
-    /// The first step with the highest total.
+    /// Highest total after a step (the initial state not included; O(1)).
+    pub fn peak_total(&self) -> u64 {
+        self.totals.get(self.peak_step as usize).copied().unwrap_or(0)
+    }
+    /// The first step with the highest total (O(1)).
     pub fn peak_step(&self) -> u32 {
-        argmax(&self.totals) as u32
+        self.peak_step
     }
     /// Live bytes at the end.
     pub fn final_bytes(&self) -> u64 {

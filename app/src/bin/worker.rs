@@ -3,8 +3,13 @@
 //! 4 GiB and a file that exhausts it takes no other file down. Messages in: `[id, Blob,
 //! name]` to open a file (as doc `id`), or postcard bytes of a `ToWorker`. Messages out:
 //! postcard bytes of a `FromWorker`. A load is cancelled by terminating the worker.
+//!
+//! Between requests the worker does the engine's background analyses (categories,
+//! allocator-state checkpoints) in slices of a few milliseconds. Each slice is a task of its
+//! own (a message to itself through a `MessageChannel`), so a request that arrives during one
+//! is answered before the next: a hover waits at most one slice, never a whole-file analysis.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 use engine::protocol::{FromWorker, LoadEvent, Response, ToWorker};
@@ -17,9 +22,18 @@ use web_sys::{DedicatedWorkerGlobalScope, MessageEvent};
 /// progress bar.
 const SLICE: u64 = 4 << 20;
 
+/// Longest slice of background work, ms: what a request may wait behind.
+const WORK_MS: f64 = 4.0;
+/// Units of background work between two looks at the clock (well under a millisecond).
+const UNITS: usize = 1024;
+
 struct Worker {
     scope: DedicatedWorkerGlobalScope,
     engine: RefCell<Engine>,
+    /// Background slices are this channel's messages.
+    tick: web_sys::MessageChannel,
+    /// A slice is already in line.
+    ticking: Cell<bool>,
 }
 
 impl Worker {
@@ -89,6 +103,31 @@ impl Worker {
         self.send(&FromWorker::Load { id, event });
     }
 
+    /// Puts a slice of background work in line, if there is work and none is in line.
+    fn pump(&self) {
+        if self.ticking.get() || !self.engine.borrow().has_work() {
+            return;
+        }
+        self.ticking.set(true);
+        let _ = self.tick.port2().post_message(&JsValue::NULL);
+    }
+
+    /// One slice of background work, then the next in line behind whatever arrived.
+    fn on_tick(&self) {
+        self.ticking.set(false);
+        let deadline = self.now() + WORK_MS;
+        loop {
+            let work = self.engine.borrow_mut().work(UNITS);
+            for (doc, device) in work.analysed {
+                self.send(&FromWorker::Analysed { doc, device });
+            }
+            if !work.more || self.now() >= deadline {
+                break;
+            }
+        }
+        self.pump();
+    }
+
     fn on_message(self: &Rc<Self>, data: JsValue) {
         if let Some(arr) = data.dyn_ref::<js_sys::Array>() {
             let id = arr.get(0).as_f64().unwrap_or(0.0) as u32;
@@ -103,6 +142,7 @@ impl Worker {
             Ok(ToWorker::Request { id, request }) => {
                 let response = self.engine.borrow_mut().handle(request);
                 self.send(&FromWorker::Reply { id, response });
+                self.pump();
             }
             Err(e) => web_sys::console::error_1(&format!("worker: bad message: {e}").into()),
         }
@@ -133,7 +173,16 @@ fn main() {
         }
     }));
     let scope: DedicatedWorkerGlobalScope = js_sys::global().unchecked_into();
-    let worker = Rc::new(Worker { scope: scope.clone(), engine: RefCell::new(Engine::new()) });
+    let Ok(tick) = web_sys::MessageChannel::new() else {
+        web_sys::console::error_1(&"worker: no MessageChannel".into());
+        return;
+    };
+    let worker =
+        Rc::new(Worker { scope: scope.clone(), engine: RefCell::new(Engine::new()), tick, ticking: Cell::new(false) });
+    let w = worker.clone();
+    let ontick = Closure::<dyn Fn(MessageEvent)>::new(move |_: MessageEvent| w.on_tick());
+    worker.tick.port1().set_onmessage(Some(ontick.as_ref().unchecked_ref()));
+    ontick.forget();
     let w = worker.clone();
     let onmessage = Closure::<dyn Fn(MessageEvent)>::new(move |m: MessageEvent| w.on_message(m.data()));
     scope.set_onmessage(Some(onmessage.as_ref().unchecked_ref()));

@@ -406,11 +406,27 @@ fn categories_and_a_diff_across_two_workers() {
     let rules =
         Rules { rules: vec![Rule { pattern: "Block.__init__".into(), category: Category::Input, on: Target::Frame }] };
     assert!(matches!(ea.handle(Request::Rules { doc: a.doc, rules: rules.clone() }), Response::Done));
-    let Response::Details(d2) =
-        ea.handle(Request::Details { doc: a.doc, device: 0, kind: Kind::Blocks, element: d.element })
-    else {
-        panic!()
+    // The details answer at once; the category under the new rules is worked out in the
+    // background, and the engine says when it is ready.
+    let details = |e: &mut Engine| match e.handle(Request::Details {
+        doc: a.doc,
+        device: 0,
+        kind: Kind::Blocks,
+        element: d.element,
+    }) {
+        Response::Details(d) => d,
+        other => panic!("{other:?}"),
     };
+    let pending = details(&mut ea);
+    assert!(pending.class.is_none() && pending.class_pending);
+    assert_eq!((pending.addr, pending.size), (d.addr, d.size));
+    let mut analysed = Vec::new();
+    while ea.has_work() {
+        analysed.extend(ea.work(1000).analysed);
+    }
+    assert_eq!(analysed, vec![(a.doc, 0)]);
+    let d2 = details(&mut ea);
+    assert!(!d2.class_pending);
     assert_eq!(d2.class.as_ref().map(|c| c.0), Some(Category::Input));
     assert!(d2.class.unwrap().1.contains("Block.__init__"));
     let bad = Rules { rules: vec![Rule { pattern: "(".into(), category: Category::Input, on: Target::Frame }] };
@@ -428,4 +444,62 @@ fn categories_and_a_diff_across_two_workers() {
     assert_eq!(d.sites[0].site, EXTRA_SITE);
     assert_eq!(d.sites[0].b - d.sites[0].a, 16 << 20);
     assert_eq!(d.peak.1 - d.peak.0, 16 << 20);
+}
+
+#[test]
+fn a_hover_never_waits_for_a_whole_file_analysis() {
+    // After the first view, the categories and the allocator-state checkpoints are worked
+    // out in the background, a slice at a time; requests in between answer at once with what
+    // the allocation itself says, and the category comes once the analysis is done.
+    let bytes = example();
+    let snap = snapshot::read(&bytes).unwrap().snapshot;
+    let tl = Timeline::build(&snap, 0, Kind::Blocks);
+    let core = snapshot::categories::analyze(&snap, &tl, &Rules::default().compile().unwrap());
+    let mut e = Engine::new();
+    let doc = open(&mut e, "ex", &bytes, 1 << 20).unwrap().doc;
+    let v = view(&mut e, doc, 0, Kind::Blocks, 0.0, 0.0, 500);
+    assert!(e.has_work(), "the first view puts the analyses in line");
+    let hit =
+        Request::Hit { doc, device: 0, kind: Kind::Blocks, step: v.peak_step, bytes: v.peak_bytes / 3, rows: 300 };
+    let Response::Hit(Some(first)) = e.handle(hit.clone()) else { panic!("nothing under the pointer") };
+    assert!(first.class.is_none() && first.class_pending, "the first hover does not wait for the categories");
+    assert!(!first.frames.is_empty() && first.size > 0);
+    let mut slices = 0;
+    let mut analysed = Vec::new();
+    while analysed.is_empty() {
+        let w = e.work(500);
+        analysed.extend(w.analysed);
+        slices += 1;
+        assert!(w.more || !analysed.is_empty(), "the categories come before the work ends");
+        let Response::Hit(Some(d)) = e.handle(hit.clone()) else { panic!() };
+        assert_eq!((d.element, d.class_pending), (first.element, analysed.is_empty()));
+    }
+    assert!(slices > 10, "the analysis took {slices} slices of 500 units");
+    assert_eq!(analysed, vec![(doc, 0)]);
+    let Response::Hit(Some(d)) = e.handle(hit) else { panic!() };
+    let want = core.class(d.element);
+    assert_eq!(d.class.as_ref().map(|c| c.0), Some(want.category));
+    // The allocator state asked before its checkpoints are all made finishes them at once,
+    // from where the background got to, and equals the core's.
+    assert!(e.has_work());
+    e.work(300);
+    let entry = snap.trace(0).len() as u32 / 3;
+    let Response::State(st) = e.handle(Request::State { doc, device: 0, entry: Some(entry) }) else { panic!() };
+    let want = snapshot::state::StateIndex::build(&snap, 0).state_after(&snap, Some(entry as usize));
+    assert_eq!(
+        (st.reserved, st.allocated, st.segments.len()),
+        (want.reserved_bytes, want.allocated_bytes, want.segments.len())
+    );
+    assert!(!e.has_work(), "nothing is left once the state was asked for");
+
+    // The category view asked mid-analysis finishes it, and its report is the core's.
+    let mut e = Engine::new();
+    let doc = open(&mut e, "ex", &bytes, 1 << 20).unwrap().doc;
+    view(&mut e, doc, 0, Kind::Blocks, 0.0, 0.0, 500);
+    e.work(2000);
+    let cats = Request::Categories { doc, device: 0, start: 0.0, end: 0.0, columns: 100, at: None };
+    let Response::Categories(c) = e.handle(cats) else { panic!() };
+    assert_eq!(c.report, core.report(&tl, &Rules::default()));
+    assert!(e.has_work(), "the state checkpoints are still in line");
+    assert_eq!(e.work(usize::MAX).analysed, vec![], "the categories were not analysed twice");
 }

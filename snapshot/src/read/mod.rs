@@ -231,6 +231,9 @@ fn gzip_error(sink: &mut Sink, e: std::io::Error, consumed: u64) -> ReadError {
     }
 }
 
+/// Leading whitespace (before a JSON document) accepted before the format is known.
+const MAX_LEADING_WHITESPACE: usize = 1 << 20;
+
 /// Chooses a reader from the first bytes; `None` while more bytes are needed.
 fn detect(
     prefix: &[u8],
@@ -245,6 +248,11 @@ fn detect(
         if at_end {
             let what = if prefix.is_empty() { "the file is empty" } else { "the file holds only whitespace" };
             return Err(ReadError::new(ErrorKind::NotASnapshot, what));
+        }
+        // The prefix is searched again as each chunk arrives: keep it short.
+        if body.len() > MAX_LEADING_WHITESPACE {
+            let what = "the file starts with more than 1 MiB of whitespace and nothing else";
+            return Err(ReadError::new(ErrorKind::NotASnapshot, what).at(body.len() as u64));
         }
         return Ok(None);
     };

@@ -284,3 +284,18 @@ fn fuzz_regressions_read_and_round_trip() {
     }
     assert!(n >= 2, "{n} regression inputs read");
 }
+
+#[test]
+fn a_flood_of_leading_whitespace_stops_after_one_mebibyte() {
+    // The format is chosen from the first bytes after any whitespace (JSON may start with
+    // some); a gzip of nothing but spaces used to be buffered and searched again at every
+    // 32 KiB it decompressed to.
+    let spaces = vec![b' '; 64 << 20];
+    let e = read_with(&gzip(&spaces), Limits::default(), true).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::NotASnapshot, "{e}");
+    assert!(e.to_string().contains("1 MiB of whitespace"), "{e}");
+    assert!(e.offset.unwrap_or(0) <= 2 << 20, "stopped early: {e}");
+    // Some whitespace before a JSON snapshot is fine.
+    let json = [b"\n\n   ".as_slice(), br#"{"segments": [], "device_traces": []}"#].concat();
+    assert!(read(&json).is_ok());
+}

@@ -220,3 +220,84 @@ fn training_usermeta_shows_its_training_step() {
     // The formula explains the peak to within 0.5%.
     assert!(cats.budget.total.abs_diff(tl.peak_bytes()) * 200 < tl.peak_bytes());
 }
+
+/// Everything an analysis found, for comparing two of them.
+fn findings(tl: &Timeline, c: &snapshot::categories::Categories) -> (String, Vec<[u64; 8]>) {
+    let report = c.report(tl, &Rules::default());
+    let n = tl.n_steps();
+    let at: Vec<[u64; 8]> = (0..n).step_by((n as usize / 257).max(1)).map(|s| c.bytes_at(tl, s)).collect();
+    (format!("{report:?} {:?} {:?} {:?}", c.classes(), c.max, c.by_rule), at)
+}
+
+#[test]
+fn the_analysis_in_slices_finds_what_it_finds_in_one_go() {
+    // The viewer's worker runs it a slice at a time between requests; any slice size must
+    // give the same answer, whatever pass a slice ends in.
+    let (leaky, _) = generate_with_truth(&Options { leak_bytes: 1 << 20, ..planted() });
+    let mut inputs: Vec<(String, Snapshot)> = vec![("planted leak".into(), roundtrip(&leaky))];
+    for name in ["pt25-cs336-fullstep-annotations.pickle", "pt210-cs336-training-usermeta.pickle"] {
+        inputs.push((name.into(), corpus_categories(name).0));
+    }
+    let rules = Rules::default().compile().unwrap();
+    for (name, snap) in &inputs {
+        let tl = Timeline::build(snap, snap.default_device().unwrap_or(0), TimelineKind::Blocks);
+        let whole = findings(&tl, &analyze(snap, &tl, &rules));
+        for units in [1, 7, 1000] {
+            let mut a = snapshot::categories::Analysis::new(snap, &tl, &rules);
+            let mut slices = 0;
+            while !a.work(snap, &tl, units) {
+                slices += 1;
+            }
+            assert!(slices > 0 || units > 1, "{name}: one unit at a time takes slices");
+            assert_eq!(findings(&tl, &a.finish(snap, &tl)), whole, "{name}, slices of {units}");
+        }
+    }
+}
+
+#[test]
+fn spans_pair_as_a_plain_search_of_the_open_ones_does() {
+    // The reference: an END closes the latest open START of its name; depth is how many
+    // were opened before it and are still open.
+    fn reference(events: &[(bool, u32, i64)]) -> Vec<(u32, Option<i64>, Option<i64>, u32)> {
+        let (mut open, mut out): (Vec<(u32, i64)>, Vec<_>) = (Vec::new(), Vec::new());
+        for &(start, name, t) in events {
+            if start {
+                open.push((name, t));
+            } else if let Some(k) = open.iter().rposition(|o| o.0 == name) {
+                let (n, s) = open.remove(k);
+                out.push((n, Some(s), Some(t.max(s)), k as u32));
+            } else {
+                out.push((name, None, Some(t), open.len() as u32));
+            }
+        }
+        out.extend(open.into_iter().enumerate().map(|(k, (n, s))| (n, Some(s), None, k as u32)));
+        out
+    }
+    let mut rng = crate::Rng(0x5eed);
+    for round in 0..200 {
+        let mut snap = Snapshot::default();
+        let (start, end) = (snap.strings.intern("START"), snap.strings.intern("END"));
+        let names: Vec<_> = (0..1 + round % 6).map(|k| snap.strings.intern(&format!("n{k}"))).collect();
+        let len = rng.next_u64() % 60;
+        let events: Vec<(bool, u32, i64)> = (0..len)
+            .map(|t| (!rng.next_u64().is_multiple_of(3), (rng.next_u64() % names.len() as u64) as u32, t as i64))
+            .collect();
+        snap.external_annotations = Some(
+            events
+                .iter()
+                .map(|&(s, n, t)| snapshot::Annotation {
+                    stage: if s { start } else { end },
+                    name: names[n as usize],
+                    device: 0,
+                    time_us: t,
+                    extras: Vec::new(),
+                })
+                .collect(),
+        );
+        let got: Vec<_> = snapshot::categories::spans(&snap, 0)
+            .iter()
+            .map(|s| (names.iter().position(|&n| n == s.name).unwrap() as u32, s.start_us, s.end_us, s.depth))
+            .collect();
+        assert_eq!(got, reference(&events), "round {round}: {events:?}");
+    }
+}

@@ -102,7 +102,7 @@ fn allocator_state_after_any_event_equals_pytorch_state_history() {
                 checked += 1;
             }
             // Peaks over every event, from the per-entry totals.
-            let totals = index.totals();
+            let totals = snapshot::state::totals(&snap, dev);
             if !events.is_empty() {
                 let per_event: Vec<(u64, u64)> = events.iter().map(|&e| totals[e as usize]).collect();
                 let all = &h["all_events"];

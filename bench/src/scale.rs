@@ -1,0 +1,429 @@
+//! `cargo run -p bench -- scale [--entries N] [--max-ratio R]`: how the cost of every analysis
+//! grows. Each one is timed on generated snapshots of N and 4N trace entries in this one
+//! process, and the check fails when a time grows by more than `R` (default 6) from N to 4N:
+//! linear is about 4, n log n about 4.5, quadratic 16. Ratios taken in one run hold on a noisy
+//! shared machine where absolute times do not; each time is the median of several runs, and
+//! a fast operation is repeated until a run lasts a few milliseconds.
+//!
+//! The snapshots are `snapshot::synth`'s training loop with a planted leak (so iterations and
+//! leak suspects grow with N), and a copy whose `record_function` annotations never pair
+//! (STARTs without END and ENDs without START, one of each per 8 entries: the worst case for
+//! pairing them and for the spans' intervals).
+
+use std::cell::RefCell;
+use std::hint::black_box;
+use std::time::Instant;
+
+use anyhow::{bail, Context as _};
+use engine::protocol::{Align, Kind, PaletteVm, Profile, Query, Request, Response, SiteMode, ViewQuery};
+use engine::{Engine, Loading};
+use snapshot::categories::{self, Analysis, Categories, Compiled, Stage};
+use snapshot::diff;
+use snapshot::state::StateIndex;
+use snapshot::synth::{self, Options};
+use snapshot::timeline::{LodQuery, Timeline, TimelineKind};
+use snapshot::{search, stats, Annotation, Snapshot};
+
+/// Times under this (seconds) count as this in a ratio. Below it, a time on this shared
+/// machine follows the state of the allocator and the caches more than the input: a pass of
+/// 0.05 ms measured 4x to 8x slower at 4N inside the whole check and 4.5x on its own.
+const FLOOR: f64 = 200e-6;
+
+/// One file of the check, and everything made from it once.
+struct Input {
+    bytes: Vec<u8>,
+    snap: Snapshot,
+    /// The same snapshot with annotations that never pair ([`unended`]).
+    open_spans: Snapshot,
+    open_blocks: Timeline,
+    blocks: Timeline,
+    rules: Compiled,
+    cats: Categories,
+    index: StateIndex,
+    profile: Profile,
+    /// The file loaded, viewed once and analysed, as a worker holds it.
+    engine: RefCell<Engine>,
+}
+
+impl Input {
+    fn new(entries: usize) -> anyhow::Result<Input> {
+        let opts = Options { target_entries: entries, leak_bytes: 1 << 20, seed: 3, ..Default::default() };
+        let bytes = snapshot::write::to_pickle_bytes(&synth::generate(&opts));
+        let snap = snapshot::read(&bytes)?.snapshot;
+        let open_spans = unended(&snap);
+        let open_blocks = Timeline::build(&open_spans, 0, TimelineKind::Blocks);
+        let blocks = Timeline::build(&snap, 0, TimelineKind::Blocks);
+        let rules = Compiled::default();
+        let cats = categories::analyze(&snap, &blocks, &rules);
+        let index = StateIndex::build(&snap, 0);
+        let profile = diff::profile(&snap, &blocks, &cats);
+        let mut engine = viewed(&bytes);
+        while engine.work(1 << 20).more {}
+        let engine = RefCell::new(engine);
+        Ok(Input { bytes, snap, open_spans, open_blocks, blocks, rules, cats, index, profile, engine })
+    }
+
+    fn n(&self) -> f64 {
+        f64::from(self.blocks.n_steps())
+    }
+
+    fn entries(&self) -> u32 {
+        self.snap.trace(0).len() as u32
+    }
+
+    fn ask(&self, r: Request) -> Response {
+        ask(&mut self.engine.borrow_mut(), r)
+    }
+}
+
+/// The snapshot with the worst annotations for pairing them: the recorded ones without
+/// their ENDs, and at every 8th trace entry a START that never ends and an END of a span that
+/// never started (so every END searches all the open spans, and every span stays open).
+fn unended(snap: &Snapshot) -> Snapshot {
+    let mut s = snap.clone();
+    let (start, end) = (s.strings.intern("START"), s.strings.intern("END"));
+    let mut a: Vec<Annotation> = s.external_annotations.take().unwrap_or_default();
+    a.retain(|a| a.stage != end);
+    let trace = snap.trace(0);
+    for i in (0..trace.len()).step_by(8) {
+        let time_us = trace.time_us(i).unwrap_or(i as i64);
+        let (opened, closed) = (s.strings.intern(&format!("module{i}")), s.strings.intern(&format!("other{i}")));
+        a.push(Annotation { stage: start, name: opened, device: 0, time_us, extras: Vec::new() });
+        a.push(Annotation { stage: end, name: closed, device: 0, time_us, extras: Vec::new() });
+    }
+    a.sort_by_key(|a| a.time_us);
+    s.external_annotations = Some(a);
+    s
+}
+
+/// Seconds per call of `f`, repeated until it has run at least 3 ms (so a call of a few
+/// microseconds is measured over many).
+fn per_call(mut f: impl FnMut()) -> f64 {
+    let t = Instant::now();
+    let mut calls = 0u32;
+    while calls == 0 || t.elapsed().as_secs_f64() < 0.003 {
+        f();
+        calls += 1;
+    }
+    t.elapsed().as_secs_f64() / f64::from(calls)
+}
+
+/// Seconds of `op` after a fresh `setup` (for first answers, which change the state they
+/// run on); repeated with a new setup until `op` has run 3 ms in all, at most 8 times.
+fn first<S>(mut setup: impl FnMut() -> S, mut op: impl FnMut(&mut S)) -> f64 {
+    let (mut spent, mut runs) = (0.0, 0u32);
+    while runs < 8 && (runs == 0 || spent < 0.003) {
+        let mut s = setup();
+        let t = Instant::now();
+        op(&mut s);
+        spent += t.elapsed().as_secs_f64();
+        runs += 1;
+    }
+    spent / f64::from(runs)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// An engine with the file loaded as the worker loads it (4 MiB slices).
+fn loaded(bytes: &[u8]) -> Engine {
+    let mut e = Engine::new();
+    let mut l = Loading::new("scale.pickle", bytes.len() as u64, 0.0);
+    let fed = bytes.chunks(4 << 20).try_for_each(|c| l.feed(c));
+    if let Err(e) = fed.and_then(|()| e.finish(1, l, &|| 0.0).map(drop)) {
+        panic!("the generated snapshot does not load: {e}");
+    }
+    e
+}
+
+/// Loaded, and its first view answered (which puts the background analyses in line).
+fn viewed(bytes: &[u8]) -> Engine {
+    let mut e = loaded(bytes);
+    ask(&mut e, Request::View(view_query(0.0, true)));
+    e
+}
+
+fn view_query(n: f64, whole: bool) -> ViewQuery {
+    let (start, end) = if whole { (0.0, 0.0) } else { (n * 15.0 / 32.0, n * 17.0 / 32.0) };
+    ViewQuery {
+        doc: 1,
+        device: 0,
+        kind: Kind::Blocks,
+        start,
+        end,
+        columns: 1500,
+        rows: 600,
+        totals_only: false,
+        pinned: None,
+        palette: PaletteVm::default(),
+    }
+}
+
+/// A request the page makes, answered by a loaded engine.
+fn ask(e: &mut Engine, r: Request) -> Response {
+    let resp = e.handle(r);
+    if let Response::Error(m) = &resp {
+        panic!("the engine refused a request of the check: {m}");
+    }
+    resp
+}
+
+/// The pointer over the middle of the timeline, as the page asks.
+fn hit(i: &Input) -> Request {
+    let step = i.blocks.n_steps() / 2;
+    let bytes = i.blocks.totals()[step as usize] / 3;
+    Request::Hit { doc: 1, device: 0, kind: Kind::Blocks, step, bytes, rows: 600 }
+}
+
+fn details(i: &Input) -> Request {
+    Request::Details { doc: 1, device: 0, kind: Kind::Blocks, element: i.blocks.elements().len() as u32 / 2 }
+}
+
+fn state(i: &Input) -> Request {
+    Request::State { doc: 1, device: 0, entry: Some(i.entries() / 2) }
+}
+
+fn categories_request() -> Request {
+    Request::Categories { doc: 1, device: 0, start: 0.0, end: 0.0, columns: 1500, at: Some(1) }
+}
+
+/// Seconds of one sample of an analysis on one input.
+type Sample = Box<dyn Fn(&Input) -> f64>;
+
+/// Every analysis of the core and every request of the engine, in the table's order.
+fn checks() -> Vec<(String, Sample)> {
+    let mut v: Vec<(String, Sample)> = Vec::new();
+    let mut put = |name: &str, f: Sample| v.push((name.to_string(), f));
+    // The core.
+    put("read (whole file)", Box::new(|i| per_call(|| drop(black_box(snapshot::read(&i.bytes))))));
+    put(
+        "read (64 KiB chunks)",
+        Box::new(|i| {
+            per_call(|| {
+                let mut l = snapshot::Loader::new(snapshot::Limits::default());
+                let fed = i.bytes.chunks(64 << 10).try_for_each(|c| l.feed(c).map(drop));
+                drop(black_box(fed.and_then(|()| l.finish())));
+            })
+        }),
+    );
+    for kind in [TimelineKind::Blocks, TimelineKind::Segments] {
+        put(
+            &format!("timeline layout ({kind:?})"),
+            Box::new(move |i| per_call(|| drop(black_box(Timeline::build(&i.snap, 0, kind))))),
+        );
+    }
+    let lod = |i: &Input, a: f64, b: f64| {
+        let q = LodQuery { start: i.n() * a, end: i.n() * b, columns: 1500, min_bytes: i.blocks.peak_bytes() / 2400 };
+        per_call(|| drop(black_box(i.blocks.lod(&q))))
+    };
+    put("LOD query (whole trace)", Box::new(move |i| lod(i, 0.0, 1.0)));
+    put("LOD query (zoomed to 1/16)", Box::new(move |i| lod(i, 15.0 / 32.0, 17.0 / 32.0)));
+    put(
+        "hover lookup (element_at, 19 places)",
+        Box::new(|i| {
+            let tl = &i.blocks;
+            per_call(|| {
+                for k in 1..20u32 {
+                    let step = (u64::from(k) * u64::from(tl.n_steps()) / 20) as u32;
+                    black_box(tl.element_at(step, tl.totals()[step as usize] / 3, tl.peak_bytes() / 2400));
+                }
+            })
+        }),
+    );
+    put("allocator state index", Box::new(|i| per_call(|| drop(black_box(StateIndex::build(&i.snap, 0))))));
+    put(
+        "allocator state query",
+        Box::new(|i| per_call(|| drop(black_box(i.index.state_after(&i.snap, Some(i.entries() as usize / 2 + 17)))))),
+    );
+    put(
+        "categories (whole analysis)",
+        Box::new(|i| per_call(|| drop(black_box(categories::analyze(&i.snap, &i.blocks, &i.rules))))),
+    );
+    // Each pass of the analysis on its own ([`Analysis::work`] stops at the end of a pass).
+    for stage in [Stage::Entries, Stage::Elements, Stage::Steps, Stage::Runs, Stage::Iterations, Stage::Leaks] {
+        put(
+            &format!("categories pass: {stage:?}"),
+            Box::new(move |i| {
+                let (snap, tl) = (&i.snap, &i.blocks);
+                let at_stage = || {
+                    let mut a = Analysis::new(snap, tl, &i.rules);
+                    while a.stage() != stage && !a.work(snap, tl, usize::MAX) {}
+                    a
+                };
+                first(at_stage, |a| while a.stage() == stage && !a.work(snap, tl, usize::MAX) {})
+            }),
+        );
+    }
+    put("categories report", Box::new(|i| per_call(|| drop(black_box(i.cats.report(&i.blocks, i.rules.rules()))))));
+    put(
+        "category columns (1500 px)",
+        Box::new(|i| per_call(|| drop(black_box(i.cats.columns(&i.blocks, 0.0, i.n(), 1500))))),
+    );
+    put("diff profile", Box::new(|i| per_call(|| drop(black_box(diff::profile(&i.snap, &i.blocks, &i.cats))))));
+    put(
+        "diff",
+        Box::new(|i| {
+            per_call(|| drop(black_box(diff::diff(&i.profile, &i.profile, Align::Iteration, SiteMode::Frame))))
+        }),
+    );
+    let find = |i: &Input, q: Query| per_call(|| drop(black_box(search::find(&i.snap, &i.blocks, &q))));
+    put("search (text)", Box::new(move |i| find(i, Query::Substring("forward".into()))));
+    put("search (regex)", Box::new(move |i| find(i, Query::Regex("layers?\\.[0-9]+".into()))));
+    put(
+        "search (address)",
+        Box::new(move |i| {
+            find(i, Query::Address(format!("0x{:x}", i.blocks.elements()[i.blocks.elements().len() / 2].addr)))
+        }),
+    );
+    put("stats summary", Box::new(|i| per_call(|| drop(black_box(stats::summary(&i.snap))))));
+    put(
+        "offline page assembly",
+        Box::new(|i| per_call(|| drop(black_box(offline::page(&offline::Assets::default(), "s.pickle", &i.bytes))))),
+    );
+    put(
+        "annotation spans, none paired",
+        Box::new(|i| per_call(|| drop(black_box(categories::spans(&i.open_spans, 0))))),
+    );
+    put(
+        "categories, no annotation paired",
+        Box::new(|i| per_call(|| drop(black_box(categories::analyze(&i.open_spans, &i.open_blocks, &i.rules))))),
+    );
+
+    // The engine as the worker runs it: first answers on a freshly loaded file...
+    put("engine: load (read + layout)", Box::new(|i| first(|| (), |()| drop(loaded(&i.bytes)))));
+    put(
+        "engine: first View (whole trace)",
+        Box::new(|i| first(|| loaded(&i.bytes), |e| drop(ask(e, Request::View(view_query(0.0, true)))))),
+    );
+    put("engine: first Hit after the first view", Box::new(|i| first(|| viewed(&i.bytes), |e| drop(ask(e, hit(i))))));
+    put(
+        "engine: first Details after the first view",
+        Box::new(|i| first(|| viewed(&i.bytes), |e| drop(ask(e, details(i))))),
+    );
+    put(
+        "engine: background analyses, all slices",
+        Box::new(|i| first(|| viewed(&i.bytes), |e| while e.work(4096).more {})),
+    );
+    put(
+        "engine: first State (finishes its index now)",
+        Box::new(|i| first(|| viewed(&i.bytes), |e| drop(ask(e, state(i))))),
+    );
+    put(
+        "engine: first Categories (finishes the analysis now)",
+        Box::new(|i| first(|| viewed(&i.bytes), |e| drop(ask(e, categories_request())))),
+    );
+    // ... then every request again, on a file whose analyses are done.
+    put("engine: View (whole trace)", Box::new(|i| per_call(|| drop(i.ask(Request::View(view_query(i.n(), true)))))));
+    put(
+        "engine: View (zoomed to 1/16)",
+        Box::new(|i| per_call(|| drop(i.ask(Request::View(view_query(i.n(), false)))))),
+    );
+    put("engine: Hit", Box::new(|i| per_call(|| drop(i.ask(hit(i))))));
+    put("engine: Details", Box::new(|i| per_call(|| drop(i.ask(details(i))))));
+    put(
+        "engine: Events",
+        Box::new(|i| {
+            per_call(|| drop(i.ask(Request::Events { doc: 1, device: 0, first: i.entries() / 2, count: 15 })))
+        }),
+    );
+    put("engine: State", Box::new(|i| per_call(|| drop(i.ask(state(i))))));
+    put(
+        "engine: Search",
+        Box::new(|i| {
+            let t = per_call(|| {
+                let query = Query::Substring("forward".into());
+                drop(i.ask(Request::Search { doc: 1, device: 0, kind: Kind::Blocks, query }));
+            });
+            i.ask(Request::ClearSearch { doc: 1 });
+            t
+        }),
+    );
+    put("engine: Categories", Box::new(|i| per_call(|| drop(i.ask(categories_request())))));
+    put("engine: Profile", Box::new(|i| per_call(|| drop(i.ask(Request::Profile { doc: 1, device: 0 })))));
+    put(
+        "engine: Diff",
+        Box::new(|i| {
+            let a = Box::new(i.profile.clone());
+            per_call(|| {
+                let r = Request::Diff {
+                    doc: 1,
+                    device: 0,
+                    a: a.clone(),
+                    align: Align::Iteration,
+                    sites_by: SiteMode::Frame,
+                };
+                drop(i.ask(r));
+            })
+        }),
+    );
+    v
+}
+
+/// Runs the check; an error when a ratio is over the bound.
+pub fn main(args: &[String]) -> anyhow::Result<()> {
+    let mut n = 50_000usize;
+    let mut max_ratio = 6.0;
+    let mut runs = 5;
+    let mut only = String::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--entries" => n = it.next().context("--entries N")?.parse()?,
+            "--max-ratio" => max_ratio = it.next().context("--max-ratio R")?.parse()?,
+            "--runs" => runs = it.next().context("--runs K")?.parse()?,
+            "--only" => only = it.next().context("--only TEXT")?.clone(),
+            other => bail!("unknown argument {other} (scale takes --entries N, --max-ratio R, --runs K, --only TEXT)"),
+        }
+    }
+    let started = Instant::now();
+    let small = Input::new(n)?;
+    let large = Input::new(4 * n)?;
+    let describe = |i: &Input| {
+        format!(
+            "{} entries, {} steps, {} elements, {:.1} MB",
+            i.snap.trace(0).len(),
+            i.blocks.n_steps(),
+            i.blocks.elements().len(),
+            i.bytes.len() as f64 / 1e6
+        )
+    };
+    println!("scaling check: N = {}; 4N = {}", describe(&small), describe(&large));
+    println!(
+        "(time per call, median of {runs} runs; fails when 4N / N > {max_ratio}; times under {} ms count as {0} ms)\n",
+        FLOOR * 1e3
+    );
+    println!("| analysis | N (ms) | 4N (ms) | ratio | |");
+    println!("|---|---:|---:|---:|---|");
+    let mut failed = Vec::new();
+    let checks: Vec<(String, Sample)> = checks().into_iter().filter(|(name, _)| name.contains(&only)).collect();
+    for (name, sample) in &checks {
+        // N and 4N alternate, so a burst of load on this shared machine hits both.
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        for r in 0..runs {
+            if r % 2 == 0 {
+                a.push(sample(&small));
+                b.push(sample(&large));
+            } else {
+                b.push(sample(&large));
+                a.push(sample(&small));
+            }
+        }
+        let (ta, tb) = (median(a), median(b));
+        // A single run shorter than the floor is below what one shot resolves here.
+        let ratio = tb.max(FLOOR) / ta.max(FLOOR);
+        let verdict = if ratio > max_ratio {
+            failed.push(format!("{name} ({ratio:.1}x)"));
+            "FAIL"
+        } else {
+            "ok"
+        };
+        println!("| {name} | {:.3} | {:.3} | {ratio:.2} | {verdict} |", ta * 1e3, tb * 1e3);
+    }
+    println!("\n{} analyses in {:.1} s", checks.len(), started.elapsed().as_secs_f64());
+    if !failed.is_empty() {
+        bail!("cost grows faster than n log n: {}", failed.join(", "));
+    }
+    Ok(())
+}
