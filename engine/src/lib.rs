@@ -345,9 +345,11 @@ impl Doc {
     /// A slice of the first job in line; the device whose categories it finished, if any.
     fn work(&mut self, units: usize) -> Option<u32> {
         let done = match self.jobs.front_mut()? {
-            Job::Categories(device, a) => {
-                a.work(&self.snap, &self.lanes.get(&(*device, Kind::Blocks))?.timeline, units)
-            }
+            // A job is only put in line with its lane laid out; without one it has nothing to do.
+            Job::Categories(device, a) => match self.lanes.get(&(*device, Kind::Blocks)) {
+                Some(lane) => a.work(&self.snap, &lane.timeline, units),
+                None => true,
+            },
             Job::State(_, b) => b.work(&self.snap, units),
         };
         if !done {

@@ -167,16 +167,28 @@ pub(crate) fn gallop_while(v: &[u32], from: usize, before: impl Fn(u32) -> bool)
     lo + v[lo.min(hi)..hi].partition_point(|&e| before(e))
 }
 
+/// An element's lifetime and id, as the class indexes sort them: sorting these records
+/// rather than ids looked up in the elements keeps the sort in cache (at a million elements
+/// the lookups made the layout grow 7x to 8x per 4x elements).
+#[derive(Clone, Copy)]
+struct Life {
+    start: u32,
+    end: u32,
+    id: u32,
+}
+
 impl ClassIndex {
-    fn build(mut ids: Vec<u32>, elements: &[Element]) -> Self {
-        ids.sort_by_key(|&i| elements[i as usize].start);
-        let starts: Vec<u32> = ids.iter().map(|&i| elements[i as usize].start).collect();
-        let mut by_end = ids.clone();
-        by_end.sort_by_key(|&i| elements[i as usize].end);
-        let ends: Vec<u32> = by_end.iter().map(|&i| elements[i as usize].end).collect();
-        let leaves = ids.len().next_power_of_two().max(1);
-        let max_end = build_tree(ids.iter().map(|&i| elements[i as usize].end), leaves, 0, |a, b| a > b);
-        let min_start = build_tree(by_end.iter().map(|&i| elements[i as usize].start), leaves, u32::MAX, |a, b| a < b);
+    /// `lives` in element order; both sorts are stable, so ties stay in element order.
+    fn build(mut lives: Vec<Life>) -> Self {
+        lives.sort_by_key(|l| l.start);
+        let ids: Vec<u32> = lives.iter().map(|l| l.id).collect();
+        let starts: Vec<u32> = lives.iter().map(|l| l.start).collect();
+        let leaves = lives.len().next_power_of_two().max(1);
+        let max_end = build_tree(lives.iter().map(|l| l.end), leaves, 0, |a, b| a > b);
+        lives.sort_by_key(|l| l.end);
+        let by_end: Vec<u32> = lives.iter().map(|l| l.id).collect();
+        let ends: Vec<u32> = lives.iter().map(|l| l.end).collect();
+        let min_start = build_tree(lives.iter().map(|l| l.start), leaves, u32::MAX, |a, b| a < b);
         ClassIndex { ids, starts, max_end, by_end, ends, min_start, leaves }
     }
 
@@ -477,11 +489,11 @@ impl Timeline {
                 .iter()
                 .copied()
                 .fold(0, |best, i| if totals[i as usize] > totals[best as usize] { i } else { best });
-        let mut by_class: Vec<Vec<u32>> = vec![Vec::new(); 65];
+        let mut by_class: Vec<Vec<Life>> = vec![Vec::new(); 65];
         for (i, e) in elements.iter().enumerate() {
-            by_class[size_class(e.size)].push(i as u32);
+            by_class[size_class(e.size)].push(Life { start: e.start, end: e.end, id: i as u32 });
         }
-        let classes = by_class.into_iter().map(|ids| ClassIndex::build(ids, &elements)).collect();
+        let classes = by_class.into_iter().map(ClassIndex::build).collect();
         Timeline {
             kind,
             device,

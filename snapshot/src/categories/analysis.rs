@@ -53,7 +53,12 @@ pub struct Analysis {
     frame_rules: Vec<(u16, Regex)>,
     rule_categories: Vec<Category>,
     windows: Windows,
-    stack_phases: FxHashMap<StackId, Option<Phase>>,
+    /// Per stack id: its phase once worked out (`UNKNOWN` until then).
+    stack_phases: Vec<u8>,
+    /// The annotation interval of the entry before (entries come mostly in time order).
+    window_at: usize,
+    /// Some annotation rule of the user's applies to some span.
+    annotation_rules: bool,
     stack_rules: FxHashMap<StackId, Option<u16>>,
     // Entries.
     phases: Vec<Phase>,
@@ -88,6 +93,12 @@ pub struct Analysis {
     out: Categories,
 }
 
+/// Phases by [`phase_index`].
+const PHASES: [Phase; 5] = [Phase::Other, Phase::Forward, Phase::Backward, Phase::ZeroGrad, Phase::Optimizer];
+/// A stack whose phase is not worked out yet, and one that shows none.
+const UNKNOWN: u8 = u8::MAX;
+const NONE: usize = 254;
+
 fn phase_index(p: Phase) -> usize {
     match p {
         Phase::Other => 0,
@@ -116,6 +127,7 @@ impl Analysis {
         let ann_rules = on(Target::Annotation);
         let ann_rules: Vec<(u16, &Regex)> = ann_rules.iter().map(|(k, re)| (*k, re)).collect();
         let windows = Windows::build(snap, tl.device(), &ann_rules);
+        let annotation_rules = windows.rule_up.iter().any(Option::is_some);
         let n_entries = snap.trace(tl.device()).len();
         Analysis {
             stage: Stage::Entries,
@@ -123,7 +135,9 @@ impl Analysis {
             frame_rules: on(Target::Frame),
             rule_categories: rules.iter().map(|r| r.category).collect(),
             windows,
-            stack_phases: FxHashMap::default(),
+            stack_phases: vec![UNKNOWN; snap.stacks.len()],
+            window_at: 0,
+            annotation_rules,
             stack_rules: FxHashMap::default(),
             phases: Vec::with_capacity(n_entries),
             seen: [false; 5],
@@ -213,7 +227,15 @@ impl Analysis {
     }
 
     fn stack_phase(&mut self, snap: &Snapshot, s: StackId) -> Option<Phase> {
-        *self.stack_phases.entry(s).or_insert_with(|| stack_phase(snap, s))
+        match self.stack_phases.get(s.0 as usize) {
+            Some(&UNKNOWN) => {
+                let p = stack_phase(snap, s);
+                self.stack_phases[s.0 as usize] = p.map_or(NONE, phase_index) as u8;
+                p
+            }
+            Some(&k) => PHASES.get(usize::from(k)).copied(),
+            None => stack_phase(snap, s),
+        }
     }
 
     /// Pass 1: the phase of every entry; what a pending free was requested in.
@@ -224,7 +246,10 @@ impl Analysis {
         let used = range.len();
         for i in range {
             let window = if timed {
-                trace.time_us(i).and_then(|t| self.windows.at(t)).and_then(|s| self.windows.phase_up[s])
+                trace
+                    .time_us(i)
+                    .and_then(|t| self.windows.at_from(&mut self.window_at, t))
+                    .and_then(|s| self.windows.phase_up[s])
             } else {
                 None
             };
@@ -284,6 +309,9 @@ impl Analysis {
             return Class { category: c, why: Why::Field };
         }
         let user = e.stack.and_then(|s| self.frame_rule(snap, s)).or_else(|| {
+            if !self.annotation_rules {
+                return None;
+            }
             let t = entry.and_then(|i| trace.time_us(i))?;
             self.windows.at(t).and_then(|s| self.windows.rule_up[s])
         });

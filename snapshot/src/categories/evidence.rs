@@ -230,4 +230,23 @@ impl Windows {
         let s = self.inner[k];
         (s != u32::MAX).then_some(s as usize)
     }
+
+    /// The same, starting from the interval `*k` of the time before and leaving the answer's
+    /// there: O(1) for times in order (a trace), a binary search otherwise.
+    pub(super) fn at_from(&self, k: &mut usize, t: i64) -> Option<usize> {
+        let b = &self.bounds;
+        let near = *k < b.len() && b[*k] <= t && (*k + 1 == b.len() || t < b[*k + 1]);
+        if !near {
+            if *k + 1 < b.len() && b[*k + 1] <= t && (*k + 2 == b.len() || t < b[*k + 2]) {
+                *k += 1;
+            } else {
+                match b.partition_point(|&x| x <= t).checked_sub(1) {
+                    Some(j) => *k = j,
+                    None => return None,
+                }
+            }
+        }
+        let s = self.inner[*k];
+        (s != u32::MAX).then_some(s as usize)
+    }
 }

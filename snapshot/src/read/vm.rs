@@ -162,6 +162,9 @@ pub(crate) struct Vm {
     pub offset_known: bool,
     /// Total input bytes, when the caller knows them: used to reserve trace columns once.
     pub size_hint: Option<u64>,
+    /// Rows already reserved for trace lists: all of them together get at most what the
+    /// size hint allows, however many lists (devices) there are.
+    rows_reserved: u64,
     /// Trace entries read by the fast path and not yet appended, and how many are live.
     pending: Vec<Entry>,
     pending_live: usize,
@@ -323,6 +326,7 @@ impl Vm {
             limits,
             offset_known: true,
             size_hint: None,
+            rows_reserved: 0,
             pending: Vec::new(),
             pending_live: 0,
             fresh: Vec::new(),
@@ -1031,7 +1035,7 @@ impl Vm {
         };
         if let PVal::Pending(k) = item {
             if let Some(e) = self.pending.get(k as usize) {
-                push_row(&mut self.objs[lid as usize], e, self.size_hint, off);
+                push_row(&mut self.objs[lid as usize], e, self.size_hint, &mut self.rows_reserved, off);
                 self.mem += 48;
                 self.pending_live = self.pending_live.saturating_sub(1);
                 if self.pending_live == 0 {
@@ -1058,7 +1062,7 @@ impl Vm {
                 self.objs[did as usize].items = items;
                 if let Ok(entry) = entry {
                     self.charge(48, off)?;
-                    push_row(&mut self.objs[lid as usize], &entry, self.size_hint, off);
+                    push_row(&mut self.objs[lid as usize], &entry, self.size_hint, &mut self.rows_reserved, off);
                     self.recycle(did);
                     return Ok(());
                 }
@@ -1650,11 +1654,15 @@ fn is_frame_dict(items: &[PVal], strings: &Strings) -> bool {
 
 /// Appends a trace entry to the rows of list `l` (a `Row` marker too when the list also holds
 /// other items). The first row reserves room for the rest of the input: entries take 50 to
-/// 200 bytes, so this avoids growing (and copying) the columns a dozen times.
-fn push_row(l: &mut Obj, e: &Entry, size_hint: Option<u64>, off: u64) {
+/// 200 bytes, so this avoids growing (and copying) the columns a dozen times. What all lists
+/// reserve together stays within one row per 64 bytes of the input (`reserved` counts it), so
+/// a file with a trace per device does not reserve the rest of the file once per device.
+fn push_row(l: &mut Obj, e: &Entry, size_hint: Option<u64>, reserved: &mut u64, off: u64) {
     let rows = l.rows.get_or_insert_with(|| {
-        let reserve = size_hint.map_or(0, |h| (h.saturating_sub(off) / 64) as usize);
-        Box::new(Trace::with_capacity(reserve))
+        let left = size_hint.map_or(0, |h| (h / 64).saturating_sub(*reserved));
+        let reserve = size_hint.map_or(0, |h| h.saturating_sub(off) / 64).min(left);
+        *reserved += reserve;
+        Box::new(Trace::with_capacity(reserve as usize))
     });
     let row = rows.len() as u32;
     rows.push(e);
