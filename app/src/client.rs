@@ -6,7 +6,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::{Rc, Weak};
 
-use engine::protocol::{DocId, FromWorker, LoadEvent, Request, Response, ToWorker};
+use engine::protocol::{DocId, Finished, FromWorker, LoadEvent, Request, Response, ToWorker};
 use futures_channel::oneshot;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
@@ -14,7 +14,7 @@ use web_sys::{ErrorEvent, MessageEvent, Worker};
 
 type LoadHandler = Rc<dyn Fn(u32, LoadEvent)>;
 /// Who hears that a file's background analysis of a device finished.
-type AnalysedHandler = Rc<RefCell<Option<Rc<dyn Fn(DocId, u32)>>>>;
+type AnalysedHandler = Rc<RefCell<Option<Rc<dyn Fn(DocId, u32, Finished)>>>>;
 
 /// A handle on the workers (cheap to clone).
 #[derive(Clone)]
@@ -144,10 +144,10 @@ impl Conn {
                 }
             }
             FromWorker::Crashed(words) => self.died(&words),
-            FromWorker::Analysed { doc, device } => {
+            FromWorker::Analysed { doc, device, what } => {
                 let handler = self.analysed.borrow().clone();
                 if let Some(h) = handler {
-                    h(doc, device);
+                    h(doc, device, what);
                 }
             }
             FromWorker::Reply { id, response } => {
@@ -267,9 +267,9 @@ impl Client {
         id
     }
 
-    /// Calls `f(doc, device)` whenever a worker finishes the background analysis of a device
-    /// (details asked from then on carry their category).
-    pub fn on_analysed(&self, f: impl Fn(DocId, u32) + 'static) {
+    /// Calls `f(doc, device, what)` whenever a worker finishes a whole-file analysis of a
+    /// device (answers that depend on it come at once from then on).
+    pub fn on_analysed(&self, f: impl Fn(DocId, u32, Finished) + 'static) {
         self.0.analysed.replace(Some(Rc::new(f)));
     }
 

@@ -75,6 +75,8 @@ struct S {
     events: RwSignal<Option<EventPage>>,
     list_first: RwSignal<u32>,
     state: RwSignal<Option<StateView>>,
+    /// Files and devices whose allocator-state checkpoints the worker has made.
+    state_ready: RwSignal<Vec<(DocId, u32)>>,
     time_axis: RwSignal<bool>,
     help: RwSignal<bool>,
     size: RwSignal<u32>,
@@ -353,6 +355,7 @@ fn App() -> impl IntoView {
         events: RwSignal::new(None),
         list_first: RwSignal::new(0),
         state: RwSignal::new(None),
+        state_ready: RwSignal::new(Vec::new()),
         time_axis: RwSignal::new(false),
         help: RwSignal::new(false),
         size: RwSignal::new(0),
@@ -363,8 +366,13 @@ fn App() -> impl IntoView {
     };
     let i = insight::I::new(s);
     // A hovered or pinned allocation whose category was still being worked out gets it as
-    // soon as the worker has it.
-    worker().on_analysed(move |doc, device| {
+    // soon as the worker has it; the allocator before the first event is asked for once its
+    // checkpoints are made.
+    worker().on_analysed(move |doc, device, what| {
+        if what == Finished::AllocatorState {
+            s.state_ready.update(|r| r.push((doc, device)));
+            return;
+        }
         let Some(t) = s.tab_untracked() else { return };
         if t.info.doc != doc || t.device != device {
             return;
@@ -543,6 +551,12 @@ fn App() -> impl IntoView {
     let event_key = Memo::new(move |_| s.tab().map(|t| (t.info.doc, t.device, t.event)));
     Effect::new(move |_| {
         let Some((doc, device, entry)) = event_key.get() else { return };
+        // Before the first event is the whole trace undone: that waits for the background
+        // (a selected event is asked for at once).
+        if entry.is_none() && !s.state_ready.with(|r| r.contains(&(doc, device))) {
+            s.state.set(None);
+            return;
+        }
         spawn_local(async move {
             let t0 = now();
             if let Response::State(st) = worker().ask(Request::State { doc, device, entry }).await {
@@ -1224,13 +1238,18 @@ fn EventList(s: S) -> impl IntoView {
 
 #[component]
 fn StatePanel(s: S) -> impl IntoView {
+    // Before the first event, the worker first undoes the whole trace (in the background).
+    let waiting = move || {
+        let before_first = s.tab().is_some_and(|t| t.event.is_none());
+        if before_first { "Undoing the trace to find the allocator before the first event…" } else { "" }.to_string()
+    };
     view! {
         <section id="state">
             <h2>{move || match s.state.with(|st| st.as_ref().map(|st| st.after_entry)) {
                 Some(Some(e)) => format!("Allocator after event {e}"),
                 _ => "Allocator before the first event".to_string(),
             }}</h2>
-            <p id="state-summary">{move || s.state.get().map(|st| format!(
+            <p id="state-summary">{move || s.state.get().map_or_else(waiting, |st| format!(
                 "{} segments · reserved {} · allocated {} · free inside blocks {} · free between blocks {} · {} pending frees · {} private pools{}",
                 st.segments.len(),
                 format_size(i128::from(st.reserved)),

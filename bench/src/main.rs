@@ -178,7 +178,7 @@ print(json.dumps({"seconds": s, "peak_rss_bytes": resource.getrusage(resource.RU
 
 /// Wall seconds of `memscape stats --json FILE` (the binary built beside this one: `cargo
 /// build --release -p cli`) and of Python loading the same file, whole processes each,
-/// alternating, medians of 3.
+/// alternating, medians of 5.
 fn stats_against_python(path: &Path) -> anyhow::Result<(f64, f64)> {
     let exe = std::env::current_exe()?;
     let memscape = exe.with_file_name("memscape");
@@ -194,7 +194,7 @@ fn stats_against_python(path: &Path) -> anyhow::Result<(f64, f64)> {
         Ok(t.elapsed().as_secs_f64())
     };
     let (mut ours, mut python) = (Vec::new(), Vec::new());
-    for _ in 0..3 {
+    for _ in 0..5 {
         ours.push(wall(Command::new(&memscape).args(["stats", "--json"]).arg(path))?);
         let load = "import pickle, sys; pickle.load(open(sys.argv[1], 'rb'))";
         python.push(wall(Command::new("python3").args(["-c", load]).arg(path))?);
@@ -274,7 +274,7 @@ fn main() -> anyhow::Result<()> {
             }
             match stats_against_python(&path) {
                 Ok((ours, python)) => println!(
-                    "\nwhole commands, median of 3, alternating: `memscape stats --json` (read + every analysis) {ours:.3} s; \
+                    "\nwhole commands, median of 5, alternating: `memscape stats --json` (read + every analysis) {ours:.3} s; \
                      `python3 -c 'pickle.load(open(f, \"rb\"))'` {python:.3} s: memscape {:.1}x faster",
                     python / ours
                 ),

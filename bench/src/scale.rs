@@ -58,7 +58,7 @@ impl Input {
         let index = StateIndex::build(&snap, 0);
         let profile = diff::profile(&snap, &blocks, &cats);
         let mut engine = viewed(&bytes);
-        while engine.work(1 << 20).more {}
+        while engine.work(1 << 20) {}
         let engine = RefCell::new(engine);
         Ok(Input { bytes, snap, open_spans, open_blocks, blocks, rules, cats, index, profile, engine })
     }
@@ -302,10 +302,7 @@ fn checks() -> Vec<(String, Sample)> {
         "engine: first Details after the first view",
         Box::new(|i| first(|| viewed(&i.bytes), |e| drop(ask(e, details(i))))),
     );
-    put(
-        "engine: background analyses, all slices",
-        Box::new(|i| first(|| viewed(&i.bytes), |e| while e.work(4096).more {})),
-    );
+    put("engine: background analyses, all slices", Box::new(|i| first(|| viewed(&i.bytes), |e| while e.work(4096) {})));
     put(
         "engine: first State (finishes its index now)",
         Box::new(|i| first(|| viewed(&i.bytes), |e| drop(ask(e, state(i))))),

@@ -110,7 +110,9 @@ test('the bundled example opens by itself and draws its timeline', async () => {
   const px = await pixels('timeline');
   assert.ok(px.painted > 100000, `timeline painted ${px.painted} pixels`);
   assert.ok((await pixels('minimap')).painted > 1000);
-  assert.match(await page.locator('#state-summary').textContent(), /999 segments/);
+  // The allocator before the first event comes once the worker has undone the trace (in the
+  // background, after the first picture).
+  await page.waitForFunction(() => /999 segments/.test(document.querySelector('#state-summary').textContent), null, { timeout: 30000 });
   await shot('01-example');
 });
 

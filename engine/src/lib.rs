@@ -88,6 +88,8 @@ struct Doc {
     cats: HashMap<u32, (Categories, Report)>,
     /// Whole-file analyses under way in the background, first in line first.
     jobs: VecDeque<Job>,
+    /// Analyses finished since the caller last asked ([`Engine::take_finished`]).
+    finished: Vec<(u32, Finished)>,
 }
 
 /// A whole-file analysis done in slices by [`Engine::work`], so that no view, hit or
@@ -105,15 +107,6 @@ impl Job {
             Job::Categories(d, _) | Job::State(d, _) => *d,
         }
     }
-}
-
-/// What one call of [`Engine::work`] did.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Work {
-    /// Background work is left.
-    pub more: bool,
-    /// Devices whose categories became ready in this call.
-    pub analysed: Vec<(DocId, u32)>,
 }
 
 /// The open files.
@@ -189,6 +182,7 @@ impl Engine {
             rules: Compiled::default(),
             cats: HashMap::new(),
             jobs: VecDeque::new(),
+            finished: Vec::new(),
         };
         // The default device is laid out now (by the summary); its analyses wait for its first
         // view, so that nothing delays the first picture.
@@ -203,17 +197,24 @@ impl Engine {
     }
 
     /// Does about `units` units (entries, elements or steps) of the background analyses and
-    /// returns: the caller answers waiting requests between two calls. What is scheduled:
-    /// the categories and the allocator-state checkpoints of every device that has been
-    /// viewed, so that the category of a hovered allocation, the category view and the
-    /// allocator state are ready before they are asked for.
-    pub fn work(&mut self, units: usize) -> Work {
-        let mut out = Work::default();
-        let Some((&id, doc)) = self.docs.iter_mut().find(|(_, d)| !d.jobs.is_empty()) else { return out };
-        if let Some(device) = doc.work(units) {
-            out.analysed.push((id, device));
+    /// returns whether any is left: the caller answers waiting requests between two calls.
+    /// What is scheduled: the categories and the allocator-state checkpoints of every device
+    /// that has been viewed, so that the category of a hovered allocation, the category view
+    /// and the allocator state are ready before they are asked for.
+    pub fn work(&mut self, units: usize) -> bool {
+        if let Some(doc) = self.docs.values_mut().find(|d| !d.jobs.is_empty()) {
+            doc.work(units);
         }
-        out.more = self.docs.values().any(|d| !d.jobs.is_empty());
+        self.has_work()
+    }
+
+    /// The analyses finished since the last call, in the background or for a request: the
+    /// worker tells the page, which asks again for what was waiting on them.
+    pub fn take_finished(&mut self) -> Vec<(DocId, u32, Finished)> {
+        let mut out = Vec::new();
+        for (&id, d) in &mut self.docs {
+            out.extend(d.finished.drain(..).map(|(device, what)| (id, device, what)));
+        }
         out
     }
 
@@ -342,9 +343,10 @@ impl Doc {
         }
     }
 
-    /// A slice of the first job in line; the device whose categories it finished, if any.
-    fn work(&mut self, units: usize) -> Option<u32> {
-        let done = match self.jobs.front_mut()? {
+    /// A slice of the first job in line.
+    fn work(&mut self, units: usize) {
+        let Some(job) = self.jobs.front_mut() else { return };
+        let done = match job {
             // A job is only put in line with its lane laid out; without one it has nothing to do.
             Job::Categories(device, a) => match self.lanes.get(&(*device, Kind::Blocks)) {
                 Some(lane) => a.work(&self.snap, &lane.timeline, units),
@@ -353,17 +355,12 @@ impl Doc {
             Job::State(_, b) => b.work(&self.snap, units),
         };
         if !done {
-            return None;
+            return;
         }
-        match self.jobs.pop_front()? {
-            Job::Categories(device, a) => {
-                self.finish_categories(device, Some(*a));
-                Some(device)
-            }
-            Job::State(device, b) => {
-                self.states.insert(device, b.finish(&self.snap));
-                None
-            }
+        match self.jobs.pop_front() {
+            Some(Job::Categories(device, a)) => self.finish_categories(device, Some(*a)),
+            Some(Job::State(device, b)) => self.finish_state(device, *b),
+            None => {}
         }
     }
 
@@ -377,6 +374,12 @@ impl Doc {
         // The findings are made once with the categories; views only add columns.
         let report = cats.report(tl, rules.rules());
         self.cats.insert(device, (cats, report));
+        self.finished.push((device, Finished::Categories));
+    }
+
+    fn finish_state(&mut self, device: u32, b: StateBuilder) {
+        self.states.insert(device, b.finish(&self.snap));
+        self.finished.push((device, Finished::AllocatorState));
     }
 
     /// The categories of `device`, finishing their analysis now if it is not done.
@@ -401,7 +404,7 @@ impl Doc {
                 Some(Job::State(_, b)) => *b,
                 _ => StateBuilder::new(&self.snap, device as usize),
             };
-            self.states.insert(device, builder.finish(&self.snap));
+            self.finish_state(device, builder);
         }
         &self.states[&device]
     }

@@ -96,16 +96,27 @@ pub enum FromWorker {
         id: u32,
         event: LoadEvent,
     },
-    /// The background analysis of a device finished: details asked from now on carry their
-    /// category.
+    /// A whole-file analysis of a device finished (in the background or for a request):
+    /// answers that depend on it come at once from now on.
     Analysed {
         doc: DocId,
         device: u32,
+        what: Finished,
     },
     Reply {
         id: u32,
         response: Response,
     },
+}
+
+/// The whole-file analyses the engine runs in the background.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Finished {
+    /// The categories: details carry their category from now on.
+    Categories,
+    /// The allocator-state checkpoints: the state after any event, and before the first,
+    /// answers at once.
+    AllocatorState,
 }
 
 /// A message from the page that is not a file (files travel as `File` objects).

@@ -103,29 +103,26 @@ impl Worker {
         self.send(&FromWorker::Load { id, event });
     }
 
-    /// Puts a slice of background work in line, if there is work and none is in line.
+    /// One slice of background work, then the next in line behind whatever arrived.
+    fn on_tick(&self) {
+        self.ticking.set(false);
+        let deadline = self.now() + WORK_MS;
+        while self.engine.borrow_mut().work(UNITS) && self.now() < deadline {}
+        self.pump();
+    }
+
+    /// Tells the page what the engine finished since it last said, then puts the next slice
+    /// of background work in line.
     fn pump(&self) {
+        let finished = self.engine.borrow_mut().take_finished();
+        for (doc, device, what) in finished {
+            self.send(&FromWorker::Analysed { doc, device, what });
+        }
         if self.ticking.get() || !self.engine.borrow().has_work() {
             return;
         }
         self.ticking.set(true);
         let _ = self.tick.port2().post_message(&JsValue::NULL);
-    }
-
-    /// One slice of background work, then the next in line behind whatever arrived.
-    fn on_tick(&self) {
-        self.ticking.set(false);
-        let deadline = self.now() + WORK_MS;
-        loop {
-            let work = self.engine.borrow_mut().work(UNITS);
-            for (doc, device) in work.analysed {
-                self.send(&FromWorker::Analysed { doc, device });
-            }
-            if !work.more || self.now() >= deadline {
-                break;
-            }
-        }
-        self.pump();
     }
 
     fn on_message(self: &Rc<Self>, data: JsValue) {

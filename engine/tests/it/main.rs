@@ -420,11 +420,9 @@ fn categories_and_a_diff_across_two_workers() {
     let pending = details(&mut ea);
     assert!(pending.class.is_none() && pending.class_pending);
     assert_eq!((pending.addr, pending.size), (d.addr, d.size));
-    let mut analysed = Vec::new();
-    while ea.has_work() {
-        analysed.extend(ea.work(1000).analysed);
-    }
-    assert_eq!(analysed, vec![(a.doc, 0)]);
+    ea.take_finished();
+    while ea.work(1000) {}
+    assert!(ea.take_finished().contains(&(a.doc, 0, Finished::Categories)));
     let d2 = details(&mut ea);
     assert!(!d2.class_pending);
     assert_eq!(d2.class.as_ref().map(|c| c.0), Some(Category::Input));
@@ -465,17 +463,16 @@ fn a_hover_never_waits_for_a_whole_file_analysis() {
     assert!(first.class.is_none() && first.class_pending, "the first hover does not wait for the categories");
     assert!(!first.frames.is_empty() && first.size > 0);
     let mut slices = 0;
-    let mut analysed = Vec::new();
-    while analysed.is_empty() {
-        let w = e.work(500);
-        analysed.extend(w.analysed);
+    let mut finished = Vec::new();
+    while finished.is_empty() {
+        assert!(e.work(500), "the categories come before the work ends");
+        finished = e.take_finished();
         slices += 1;
-        assert!(w.more || !analysed.is_empty(), "the categories come before the work ends");
         let Response::Hit(Some(d)) = e.handle(hit.clone()) else { panic!() };
-        assert_eq!((d.element, d.class_pending), (first.element, analysed.is_empty()));
+        assert_eq!((d.element, d.class_pending), (first.element, finished.is_empty()));
     }
     assert!(slices > 10, "the analysis took {slices} slices of 500 units");
-    assert_eq!(analysed, vec![(doc, 0)]);
+    assert_eq!(finished, vec![(doc, 0, Finished::Categories)]);
     let Response::Hit(Some(d)) = e.handle(hit) else { panic!() };
     let want = core.class(d.element);
     assert_eq!(d.class.as_ref().map(|c| c.0), Some(want.category));
@@ -491,6 +488,8 @@ fn a_hover_never_waits_for_a_whole_file_analysis() {
         (want.reserved_bytes, want.allocated_bytes, want.segments.len())
     );
     assert!(!e.has_work(), "nothing is left once the state was asked for");
+    // Finished for a request or in the background, the page hears of it alike.
+    assert_eq!(e.take_finished(), vec![(doc, 0, Finished::AllocatorState)]);
 
     // The category view asked mid-analysis finishes it, and its report is the core's.
     let mut e = Engine::new();
@@ -500,6 +499,8 @@ fn a_hover_never_waits_for_a_whole_file_analysis() {
     let cats = Request::Categories { doc, device: 0, start: 0.0, end: 0.0, columns: 100, at: None };
     let Response::Categories(c) = e.handle(cats) else { panic!() };
     assert_eq!(c.report, core.report(&tl, &Rules::default()));
+    assert_eq!(e.take_finished(), vec![(doc, 0, Finished::Categories)]);
     assert!(e.has_work(), "the state checkpoints are still in line");
-    assert_eq!(e.work(usize::MAX).analysed, vec![], "the categories were not analysed twice");
+    while e.work(usize::MAX) {}
+    assert_eq!(e.take_finished(), vec![(doc, 0, Finished::AllocatorState)], "the categories were not analysed twice");
 }
