@@ -208,6 +208,7 @@ impl S {
             worker().ask(Request::Close { doc }).await;
         });
         self.tabs.update(|t| t.retain(|t| t.info.doc != doc));
+        self.state_ready.update(|r| r.retain(|k| k.0 != doc));
         if self.active.get_untracked() == Some(doc) {
             let next = self.tabs.with_untracked(|t| t.last().map(|t| t.info.doc));
             match next {
@@ -365,9 +366,9 @@ fn App() -> impl IntoView {
         first_draw: StoredValue::new(None),
     };
     let i = insight::I::new(s);
-    // A hovered or pinned allocation whose category was still being worked out gets it as
-    // soon as the worker has it; the allocator before the first event is asked for once its
-    // checkpoints are made.
+    // A hovered or pinned allocation gets its category (again: the rules may have changed) as
+    // soon as the worker has the categories; the allocator before the first event is asked
+    // for once its checkpoints are made.
     worker().on_analysed(move |doc, device, what| {
         if what == Finished::AllocatorState {
             s.state_ready.update(|r| r.push((doc, device)));
@@ -378,7 +379,8 @@ fn App() -> impl IntoView {
             return;
         }
         for shown in [s.hover, s.pinned] {
-            let waiting = shown.with_untracked(|d| d.as_ref().filter(|d| d.class_pending).map(|d| (d.element, d.kind)));
+            let waiting =
+                shown.with_untracked(|d| d.as_ref().filter(|d| d.kind == Kind::Blocks).map(|d| (d.element, d.kind)));
             let Some((element, kind)) = waiting else { continue };
             spawn_local(async move {
                 if let Response::Details(d) = worker().ask(Request::Details { doc, device, kind, element }).await {
@@ -549,12 +551,18 @@ fn App() -> impl IntoView {
         });
     });
     let event_key = Memo::new(move |_| s.tab().map(|t| (t.info.doc, t.device, t.event)));
+    // Before the first event is the whole trace undone: that waits for the background (a
+    // selected event is asked for at once).
+    let state_ready = Memo::new(move |_| {
+        let key = event_key.get().map(|(doc, device, _)| (doc, device));
+        key.is_some_and(|k| s.state_ready.with(|r| r.contains(&k)))
+    });
     Effect::new(move |_| {
         let Some((doc, device, entry)) = event_key.get() else { return };
-        // Before the first event is the whole trace undone: that waits for the background
-        // (a selected event is asked for at once).
-        if entry.is_none() && !s.state_ready.with(|r| r.contains(&(doc, device))) {
-            s.state.set(None);
+        if entry.is_none() && !state_ready.get() {
+            if s.state.with_untracked(Option::is_some) {
+                s.state.set(None);
+            }
             return;
         }
         spawn_local(async move {
@@ -569,8 +577,10 @@ fn App() -> impl IntoView {
         let th = draw::Theme::read();
         s.size.track();
         s.state.with(|st| {
-            if let (Some(st), Some(c)) = (st, canvas_by_id("state-map")) {
-                draw::state_map(&c, st, &th);
+            let Some(c) = canvas_by_id("state-map") else { return };
+            match st {
+                Some(st) => draw::state_map(&c, st, &th),
+                None => draw::clear(&c, &th),
             }
         });
     });

@@ -6,7 +6,9 @@
 //! a fast operation is repeated until a run lasts a few milliseconds.
 //!
 //! The snapshots are `snapshot::synth`'s training loop with a planted leak (so iterations and
-//! leak suspects grow with N), and a copy whose `record_function` annotations never pair
+//! leak suspects grow with N); a one-layer loop (an iteration every ~57 entries) whose every
+//! allocation has a call site of its own (iterations times sites: the worst case for leak
+//! suspects); and a copy of the first whose `record_function` annotations never pair
 //! (STARTs without END and ENDs without START, one of each per 8 entries: the worst case for
 //! pairing them and for the spans' intervals).
 
@@ -33,6 +35,10 @@ const FLOOR: f64 = 200e-6;
 struct Input {
     bytes: Vec<u8>,
     snap: Snapshot,
+    /// A one-layer model (an iteration every ~57 entries) whose every allocation has a call
+    /// site of its own ([`own_sites`]): many iterations times many sites.
+    short: Snapshot,
+    short_blocks: Timeline,
     /// The same snapshot with annotations that never pair ([`unended`]).
     open_spans: Snapshot,
     open_blocks: Timeline,
@@ -52,6 +58,10 @@ impl Input {
         let snap = snapshot::read(&bytes)?.snapshot;
         let open_spans = unended(&snap);
         let open_blocks = Timeline::build(&open_spans, 0, TimelineKind::Blocks);
+        let one_layer =
+            Options { target_entries: entries, leak_bytes: 1 << 20, layers: 1, seed: 3, ..Default::default() };
+        let short = own_sites(&synth::generate(&one_layer));
+        let short_blocks = Timeline::build(&short, 0, TimelineKind::Blocks);
         let blocks = Timeline::build(&snap, 0, TimelineKind::Blocks);
         let rules = Compiled::default();
         let cats = categories::analyze(&snap, &blocks, &rules);
@@ -60,7 +70,20 @@ impl Input {
         let mut engine = viewed(&bytes);
         while engine.work(1 << 20) {}
         let engine = RefCell::new(engine);
-        Ok(Input { bytes, snap, open_spans, open_blocks, blocks, rules, cats, index, profile, engine })
+        Ok(Input {
+            bytes,
+            snap,
+            short,
+            short_blocks,
+            open_spans,
+            open_blocks,
+            blocks,
+            rules,
+            cats,
+            index,
+            profile,
+            engine,
+        })
     }
 
     fn n(&self) -> f64 {
@@ -96,6 +119,27 @@ fn unended(snap: &Snapshot) -> Snapshot {
     s
 }
 
+/// The snapshot with a call site of its own for every allocation: a frame `sites.py:K:f` on
+/// top of its stack.
+fn own_sites(snap: &Snapshot) -> Snapshot {
+    let mut s = snap.clone();
+    let trace = snap.trace(0);
+    let mut rows = snapshot::Trace::default();
+    for i in 0..trace.len() {
+        let mut e = trace.entry(i);
+        if e.action == snapshot::Action::Alloc {
+            let own = s.add_frame("f", "sites.py", i as i64);
+            let below: Vec<_> = e.frames.map(|st| s.stacks.get(st).to_vec()).unwrap_or_default();
+            e.frames = Some(s.add_stack(&[&[own], below.as_slice()].concat()));
+        }
+        rows.push(&e);
+    }
+    if let Some(t) = s.device_traces.as_mut().and_then(|t| t.get_mut(0)) {
+        *t = rows;
+    }
+    s
+}
+
 /// Seconds per call of `f`, repeated until it has run at least 3 ms (so a call of a few
 /// microseconds is measured over many).
 fn per_call(mut f: impl FnMut()) -> f64 {
@@ -110,9 +154,14 @@ fn per_call(mut f: impl FnMut()) -> f64 {
 
 /// Seconds of `op` after a fresh `setup` (for first answers, which change the state they
 /// run on); repeated with a new setup until `op` has run 3 ms in all, at most 8 times.
-fn first<S>(mut setup: impl FnMut() -> S, mut op: impl FnMut(&mut S)) -> f64 {
+fn first<S>(setup: impl FnMut() -> S, op: impl FnMut(&mut S)) -> f64 {
+    first_of(8, setup, op)
+}
+
+/// [`first`], at most `most` times.
+fn first_of<S>(most: u32, mut setup: impl FnMut() -> S, mut op: impl FnMut(&mut S)) -> f64 {
     let (mut spent, mut runs) = (0.0, 0u32);
-    while runs < 8 && (runs == 0 || spent < 0.003) {
+    while runs < most && (runs == 0 || spent < 0.003) {
         let mut s = setup();
         let t = Instant::now();
         op(&mut s);
@@ -241,21 +290,38 @@ fn checks() -> Vec<(String, Sample)> {
         "categories (whole analysis)",
         Box::new(|i| per_call(|| drop(black_box(categories::analyze(&i.snap, &i.blocks, &i.rules))))),
     );
-    // Each pass of the analysis on its own ([`Analysis::work`] stops at the end of a pass).
-    for stage in [Stage::Entries, Stage::Elements, Stage::Steps, Stage::Runs, Stage::Iterations, Stage::Leaks] {
-        put(
-            &format!("categories pass: {stage:?}"),
-            Box::new(move |i| {
-                let (snap, tl) = (&i.snap, &i.blocks);
-                let at_stage = || {
-                    let mut a = Analysis::new(snap, tl, &i.rules);
-                    while a.stage() != stage && !a.work(snap, tl, usize::MAX) {}
-                    a
-                };
-                first(at_stage, |a| while a.stage() == stage && !a.work(snap, tl, usize::MAX) {})
-            }),
-        );
+    // Each pass of the analysis on its own ([`Analysis::work`] stops at the end of a pass),
+    // on the training loop and on the one-layer loop with a site per allocation. A fast pass
+    // is repeated, each time after a fresh setup, until it has run 3 ms (at most 16 times).
+    for (input, which) in [(false, "the training loop"), (true, "one layer, a site per allocation")] {
+        // The one-layer loop adds what grows with iterations alone; its other passes page in
+        // a stack per allocation and move 4x to 9x between runs, which its whole analysis
+        // below covers.
+        let stages: &[Stage] = if input {
+            &[Stage::Runs, Stage::Iterations]
+        } else {
+            &[Stage::Entries, Stage::Elements, Stage::Steps, Stage::Runs, Stage::Iterations, Stage::Leaks]
+        };
+        for &stage in stages {
+            put(
+                &format!("categories pass {stage:?}, {which}"),
+                Box::new(move |i| {
+                    let (snap, tl) = if input { (&i.short, &i.short_blocks) } else { (&i.snap, &i.blocks) };
+                    let at_stage = || {
+                        let mut a = Analysis::new(snap, tl, &i.rules);
+                        while a.stage() != stage && !a.work(snap, tl, usize::MAX) {}
+                        assert_eq!(a.stage(), stage, "the input never reaches this pass");
+                        a
+                    };
+                    first_of(16, at_stage, |a| while a.stage() == stage && !a.work(snap, tl, usize::MAX) {})
+                }),
+            );
+        }
     }
+    put(
+        "categories (whole analysis), one layer, a site per allocation",
+        Box::new(|i| per_call(|| drop(black_box(categories::analyze(&i.short, &i.short_blocks, &i.rules))))),
+    );
     put("categories report", Box::new(|i| per_call(|| drop(black_box(i.cats.report(&i.blocks, i.rules.rules()))))));
     put(
         "category columns (1500 px)",

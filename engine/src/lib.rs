@@ -150,13 +150,17 @@ impl Engine {
                 first_lane = Some(tl);
             }
         });
+        let mut segments: HashMap<i64, u64> = HashMap::new();
+        for s in &snap.segments {
+            *segments.entry(s.device).or_default() += 1;
+        }
         let devices = snap
             .devices()
             .into_iter()
             .map(|d| DeviceInfo {
                 device: d as u32,
                 entries: snap.trace(d).len() as u64,
-                segments: snap.segments.iter().filter(|s| s.device == d as i64).count() as u64,
+                segments: segments.get(&(d as i64)).copied().unwrap_or(0),
                 has_time: snap.trace(d).has_time(),
             })
             .collect();
@@ -328,7 +332,8 @@ pub fn colour(seed: u32) -> u32 {
 
 impl Doc {
     /// Puts the analyses of `device` in line for the background, unless they are done or
-    /// already in line. Its blocks timeline must be laid out.
+    /// already in line, and moves them to the front: the device on screen goes first. Its
+    /// blocks timeline must be laid out.
     fn schedule(&mut self, device: u32) {
         let Some(lane) = self.lanes.get(&(device, Kind::Blocks)) else { return };
         let queued = |jobs: &VecDeque<Job>, cats: bool| {
@@ -341,16 +346,21 @@ impl Doc {
         if !self.states.contains_key(&device) && !queued(&self.jobs, false) {
             self.jobs.push_back(Job::State(device, Box::new(StateBuilder::new(&self.snap, device as usize))));
         }
+        // Stable: each device's categories stay before its state.
+        self.jobs.make_contiguous().sort_by_key(|j| j.device() != device);
     }
 
     /// A slice of the first job in line.
     fn work(&mut self, units: usize) {
         let Some(job) = self.jobs.front_mut() else { return };
         let done = match job {
-            // A job is only put in line with its lane laid out; without one it has nothing to do.
+            // A job is only put in line with its lane laid out, and lanes stay.
             Job::Categories(device, a) => match self.lanes.get(&(*device, Kind::Blocks)) {
                 Some(lane) => a.work(&self.snap, &lane.timeline, units),
-                None => true,
+                None => {
+                    debug_assert!(false, "categories in line for device {device} without its timeline");
+                    true
+                }
             },
             Job::State(_, b) => b.work(&self.snap, units),
         };

@@ -178,7 +178,8 @@ struct Life {
 }
 
 impl ClassIndex {
-    /// `lives` in element order; both sorts are stable, so ties stay in element order.
+    /// `lives` in element order; both sorts are stable (ties by start keep element order,
+    /// ties by end keep start order), as the sorts of ids did.
     fn build(mut lives: Vec<Life>) -> Self {
         lives.sort_by_key(|l| l.start);
         let ids: Vec<u32> = lives.iter().map(|l| l.id).collect();

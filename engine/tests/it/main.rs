@@ -504,3 +504,26 @@ fn a_hover_never_waits_for_a_whole_file_analysis() {
     while e.work(usize::MAX) {}
     assert_eq!(e.take_finished(), vec![(doc, 0, Finished::AllocatorState)], "the categories were not analysed twice");
 }
+
+#[test]
+fn rules_changed_while_the_categories_are_half_done_start_them_again() {
+    let bytes = example();
+    let mut e = Engine::new();
+    let doc = open(&mut e, "ex", &bytes, 1 << 20).unwrap().doc;
+    let v = view(&mut e, doc, 0, Kind::Blocks, 0.0, 0.0, 500);
+    for _ in 0..5 {
+        assert!(e.work(300));
+    }
+    assert!(e.take_finished().is_empty(), "the categories are not done after 5 slices of 300");
+    let rules = Rules { rules: vec![Rule { pattern: ".".into(), category: Category::Input, on: Target::Frame }] };
+    assert!(matches!(e.handle(Request::Rules { doc, rules }), Response::Done));
+    while e.work(300) {}
+    let finished = e.take_finished();
+    assert_eq!(finished.iter().filter(|f| f.2 == Finished::Categories).count(), 1, "{finished:?}");
+    // Every allocation with a stack now says the new rule decided it.
+    let hit =
+        Request::Hit { doc, device: 0, kind: Kind::Blocks, step: v.peak_step, bytes: v.peak_bytes / 2, rows: 300 };
+    let Response::Hit(Some(d)) = e.handle(hit) else { panic!("nothing under the pointer") };
+    assert!(!d.frames.is_empty());
+    assert_eq!(d.class.map(|c| c.0), Some(Category::Input));
+}

@@ -10,8 +10,9 @@
 //! 3. steps: phase runs, per-category checkpoints, maxima, the peak's breakdown, the budget;
 //! 4. runs: iteration boundaries, from the phase runs (not the steps);
 //! 5. iterations: each one's peak;
-//! 6. elements again: leak suspects (live bytes per call site at each iteration end, by
-//!    difference arrays, so an element alive through k iterations costs O(log), not O(k)).
+//! 6. elements again: leak suspects (the iteration ends each element is alive at, per call
+//!    site; only a site with an element joining at every end can grow at every end, so the
+//!    bytes per end are worked out for at most `elements / ends` sites: O(elements) in all).
 
 use regex_lite::Regex;
 use rustc_hash::FxHashMap;
@@ -88,15 +89,16 @@ pub struct Analysis {
     /// The first of `ends` at or after the start of the element at hand.
     end_at: usize,
     sites: FxHashMap<StackId, Option<FrameId>>,
-    /// Per call site: changes of live bytes and counts at each iteration end, and a stack.
-    live: FxHashMap<FrameId, (Vec<i128>, Vec<i64>, StackId)>,
+    /// Per call site: a stack, and its elements alive at some iteration end.
+    live: FxHashMap<FrameId, Site>,
     out: Categories,
 }
 
 /// Phases by [`phase_index`].
 const PHASES: [Phase; 5] = [Phase::Other, Phase::Forward, Phase::Backward, Phase::ZeroGrad, Phase::Optimizer];
-/// A stack whose phase is not worked out yet, and one that shows none.
+/// In `stack_phases`: a stack whose phase is not worked out yet.
 const UNKNOWN: u8 = u8::MAX;
+/// In `stack_phases`: a stack that shows no phase (any value past [`PHASES`] reads as none).
 const NONE: usize = 254;
 
 fn phase_index(p: Phase) -> usize {
@@ -283,6 +285,7 @@ impl Analysis {
         }
         self.at += used;
         if last {
+            self.requested = FxHashMap::default();
             self.out.step_cat = vec![u8::MAX; tl.n_steps() as usize];
             self.next_stage(Stage::Elements);
         }
@@ -383,6 +386,12 @@ impl Analysis {
         }
         self.at += used;
         if last {
+            // What only the entries and elements needed goes now: a tab holds files near its
+            // memory limit.
+            self.death = FxHashMap::default();
+            self.windows = Windows::default();
+            self.stack_phases = Vec::new();
+            self.stack_rules = FxHashMap::default();
             self.bytes = self.at_start;
             self.next_stage(Stage::Steps);
         }
@@ -425,6 +434,7 @@ impl Analysis {
         }
         self.at += used;
         if last {
+            self.phases = Vec::new();
             self.end_sweep(tl);
             self.next_stage(Stage::Runs);
         }
@@ -560,49 +570,63 @@ impl Analysis {
             }
             let Some(stack) = e.stack else { continue };
             let Some(site) = *self.sites.entry(stack).or_insert_with(|| call_site(snap, stack)) else { continue };
-            let (bytes, count, _) = self.live.entry(site).or_insert_with(|| (vec![0; n + 1], vec![0; n + 1], stack));
-            // Alive at the ends first..last: a change at both edges.
-            bytes[first] += i128::from(e.size);
-            bytes[last] -= i128::from(e.size);
-            count[first] += 1;
-            count[last] -= 1;
+            let at = self.live.entry(site).or_insert_with(|| Site { stack, alive: Vec::new() });
+            at.alive.push(Alive { first: first as u32, last: last as u32, size: e.size });
         }
         self.at += used;
         if last {
-            self.out.leaks = leak_suspects(snap, std::mem::take(&mut self.live));
+            self.out.leaks = leak_suspects(snap, std::mem::take(&mut self.live), n);
             self.next_stage(Stage::Done);
         }
         used
     }
 }
 
-/// The call sites whose live bytes grow at every iteration end, from their changes.
-fn leak_suspects(snap: &Snapshot, live: FxHashMap<FrameId, (Vec<i128>, Vec<i64>, StackId)>) -> Vec<Leak> {
-    let running = |d: &[i128]| -> Vec<u64> {
-        let mut acc = 0i128;
-        d[..d.len() - 1]
-            .iter()
-            .map(|x| {
-                acc += x;
-                acc.max(0) as u64
-            })
-            .collect()
-    };
+/// An element alive at the iteration ends `first..last` (indices into the ends).
+struct Alive {
+    first: u32,
+    last: u32,
+    size: u64,
+}
+
+/// One call site's elements that are alive at some iteration end.
+struct Site {
+    stack: StackId,
+    alive: Vec<Alive>,
+}
+
+/// The call sites whose live bytes grow at every one of the `n` iteration ends.
+///
+/// Growing at every end takes an element that becomes alive at each of them (and one alive at
+/// the first), so only a site with at least `n` elements can qualify: at most `elements / n`
+/// sites get their bytes per end worked out, and the whole costs O(elements), however many
+/// sites and iterations there are.
+fn leak_suspects(snap: &Snapshot, live: FxHashMap<FrameId, Site>, n: usize) -> Vec<Leak> {
     let mut leaks: Vec<Leak> = live
         .into_iter()
-        .filter_map(|(site, (bytes, count, stack))| {
-            let b = running(&bytes);
+        .filter(|(_, s)| s.alive.len() >= n)
+        .filter_map(|(site, s)| {
+            // Live bytes at each end: a change at both edges of each element, then a running sum.
+            let mut change = vec![0i128; n + 1];
+            for a in &s.alive {
+                change[a.first as usize] += i128::from(a.size);
+                change[a.last as usize] -= i128::from(a.size);
+            }
+            let mut acc = 0i128;
+            let b: Vec<u64> = change[..n]
+                .iter()
+                .map(|x| {
+                    acc += x;
+                    acc.max(0) as u64
+                })
+                .collect();
             let grows = b[0] > 0 && b.windows(2).all(|w| w[1] > w[0]);
-            grows.then(|| {
-                let n = b.len() as u64;
-                let alive_at_last = count[..count.len() - 1].iter().sum::<i64>();
-                Leak {
-                    site: frame_line(snap, &snap.frames[site.0 as usize]),
-                    stack: stack_lines(snap, stack, true),
-                    bytes_per_iteration: (b[b.len() - 1] - b[0]) / (n - 1),
-                    count: alive_at_last.max(0) as u32,
-                    live_at_iteration_end: b,
-                }
+            grows.then(|| Leak {
+                site: frame_line(snap, &snap.frames[site.0 as usize]),
+                stack: stack_lines(snap, s.stack, true),
+                bytes_per_iteration: (b[n - 1] - b[0]) / (n as u64 - 1),
+                count: s.alive.iter().filter(|a| a.last as usize == n).count() as u32,
+                live_at_iteration_end: b,
             })
         })
         .collect();

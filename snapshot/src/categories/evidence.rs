@@ -10,11 +10,11 @@ use crate::model::{Frame, FrameId, Snapshot, StackId};
 use crate::StrId;
 
 /// `name` of a file as `/`-separated text.
-pub(super) fn has(file: &str, part: &str) -> bool {
+fn has(file: &str, part: &str) -> bool {
     file.contains(part) || file.contains(&part.replace('/', "\\"))
 }
 
-pub(super) fn is_py(file: &str) -> bool {
+fn is_py(file: &str) -> bool {
     file.ends_with(".py")
 }
 
@@ -175,6 +175,7 @@ impl Fenwick {
 
 /// `record_function` spans of one device flattened into time intervals, each with its
 /// innermost open span; spans know their parent.
+#[derive(Default)]
 pub(super) struct Windows {
     /// Interval starts (µs); interval `k` is `bounds[k]..bounds[k + 1]`.
     bounds: Vec<i64>,
@@ -248,5 +249,49 @@ impl Windows {
         }
         let s = self.inner[*k];
         (s != u32::MAX).then_some(s as usize)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_interval_cursor_finds_what_a_search_finds_in_any_order() {
+        // Nested, crossing and unpaired spans; times in order, backwards and at random.
+        let mut snap = Snapshot::default();
+        let (start, end) = (snap.strings.intern("START"), snap.strings.intern("END"));
+        let names: Vec<_> =
+            ["forward", "backward", "optimizer.step", "x"].iter().map(|n| snap.strings.intern(n)).collect();
+        let mut x = 0x9e37_79b9_u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let events = (0..300)
+            .map(|t| crate::model::Annotation {
+                stage: if next() % 2 == 0 { start } else { end },
+                name: names[(next() % 4) as usize],
+                device: 0,
+                time_us: t * 10,
+                extras: Vec::new(),
+            })
+            .collect();
+        snap.external_annotations = Some(events);
+        let w = Windows::build(&snap, 0, &[]);
+        assert!(w.bounds.len() > 100);
+        let mut times: Vec<i64> = (-5..3010).collect();
+        let orders = [times.clone(), times.iter().rev().copied().collect(), {
+            times.sort_by_cached_key(|_| next());
+            times
+        }];
+        for order in orders {
+            let mut k = 0;
+            for &t in &order {
+                assert_eq!(w.at_from(&mut k, t), w.at(t), "t = {t}");
+            }
+        }
     }
 }

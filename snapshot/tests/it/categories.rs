@@ -234,7 +234,8 @@ fn the_analysis_in_slices_finds_what_it_finds_in_one_go() {
     // The viewer's worker runs it a slice at a time between requests; any slice size must
     // give the same answer, whatever pass a slice ends in.
     let (leaky, _) = generate_with_truth(&Options { leak_bytes: 1 << 20, ..planted() });
-    let mut inputs: Vec<(String, Snapshot)> = vec![("planted leak".into(), roundtrip(&leaky))];
+    let mut inputs: Vec<(String, Snapshot)> =
+        vec![("planted leak".into(), roundtrip(&leaky)), ("backward passes".into(), without_optimizer(&leaky))];
     for name in ["pt25-cs336-fullstep-annotations.pickle", "pt210-cs336-training-usermeta.pickle"] {
         inputs.push((name.into(), corpus_categories(name).0));
     }
@@ -244,11 +245,13 @@ fn the_analysis_in_slices_finds_what_it_finds_in_one_go() {
         let whole = findings(&tl, &analyze(snap, &tl, &rules));
         for units in [1, 7, 1000] {
             let mut a = snapshot::categories::Analysis::new(snap, &tl, &rules);
-            let mut slices = 0;
+            let mut slices = 1;
             while !a.work(snap, &tl, units) {
                 slices += 1;
             }
-            assert!(slices > 0 || units > 1, "{name}: one unit at a time takes slices");
+            if units == 1 {
+                assert!(slices >= snap.trace(0).len(), "{name}: one entry a slice, {slices} slices");
+            }
             assert_eq!(findings(&tl, &a.finish(snap, &tl)), whole, "{name}, slices of {units}");
         }
     }
@@ -300,4 +303,90 @@ fn spans_pair_as_a_plain_search_of_the_open_ones_does() {
             .collect();
         assert_eq!(got, reference(&events), "round {round}: {events:?}");
     }
+}
+
+/// The run with no trace of an optimizer (no `torch/optim/` frame, no `zero_grad`, no
+/// optimizer annotation): its iterations are its backward passes.
+fn without_optimizer(snap: &Snapshot) -> Snapshot {
+    let mut s = roundtrip(snap);
+    let (elsewhere, other) = (s.strings.intern("train_utils.py"), s.strings.intern("other_step"));
+    for k in 0..s.frames.len() {
+        let (file, name) = (s.str(s.frames[k].filename).to_string(), s.str(s.frames[k].name).to_string());
+        if file.contains("torch/optim/") {
+            s.frames[k].filename = elsewhere;
+        }
+        if name == "zero_grad" {
+            s.frames[k].name = other;
+        }
+    }
+    let strings = s.strings.clone();
+    if let Some(a) = s.external_annotations.as_mut() {
+        a.retain(|a| {
+            snapshot::categories::annotation_phase(strings.get(a.name)).is_none_or(|p| {
+                !matches!(p, snapshot::categories::Phase::Optimizer | snapshot::categories::Phase::ZeroGrad)
+            })
+        });
+    }
+    s
+}
+
+#[test]
+fn iterations_are_the_boundaries_a_walk_over_every_step_finds() {
+    // The analysis finds iteration boundaries from the runs of phases; walking every step, as
+    // it did before, must find the same ones, with the same flags.
+    let (leaky, _) = generate_with_truth(&Options { leak_bytes: 1 << 20, ..planted() });
+    let mut inputs =
+        vec![("optimizer steps".to_string(), roundtrip(&leaky)), ("backward passes".into(), without_optimizer(&leaky))];
+    for (name, _) in crate::corpus_files() {
+        inputs.push((name.clone(), corpus_categories(&name).0));
+    }
+    let mut sources = Vec::new();
+    for (name, snap) in &inputs {
+        let tl = Timeline::build(snap, snap.default_device().unwrap_or(0), TimelineKind::Blocks);
+        let cats = analyze(snap, &tl, &Rules::default().compile().unwrap());
+        use snapshot::categories::Phase;
+        let n = tl.n_steps();
+        let (closer, by_optimizer) = match cats.iteration_source {
+            IterationSource::OptimizerSteps => (Phase::Optimizer, true),
+            IterationSource::BackwardPasses => (Phase::Backward, false),
+            IterationSource::None => {
+                assert_eq!(cats.iterations.len(), 1, "{name}");
+                continue;
+            }
+        };
+        sources.push(cats.iteration_source);
+        if name == "backward passes" {
+            assert_eq!(cats.iteration_source, IterationSource::BackwardPasses);
+            assert!(cats.iterations.len() > 3, "{} iterations", cats.iterations.len());
+        }
+        let (mut starts, mut closed) = (vec![0u32], Vec::new());
+        let (mut in_closer, mut pending) = (false, false);
+        for s in 0..n {
+            let p = cats.phase(s);
+            if p == closer {
+                in_closer = true;
+                continue;
+            }
+            if in_closer {
+                in_closer = false;
+                pending = true;
+            }
+            if pending && (by_optimizer || p == Phase::Forward) {
+                pending = false;
+                closed.push(starts.len() - 1);
+                starts.push(s);
+            }
+        }
+        if in_closer || pending {
+            closed.push(starts.len() - 1);
+        }
+        let want: Vec<(u32, u32, bool)> = starts
+            .iter()
+            .enumerate()
+            .map(|(k, &a)| (a, starts.get(k + 1).copied().unwrap_or(n), closed.contains(&k)))
+            .collect();
+        let got: Vec<(u32, u32, bool)> = cats.iterations.iter().map(|it| (it.start, it.end, it.complete)).collect();
+        assert_eq!(got, want, "{name}");
+    }
+    assert!(sources.contains(&IterationSource::BackwardPasses) && sources.contains(&IterationSource::OptimizerSteps));
 }
