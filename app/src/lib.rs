@@ -83,8 +83,9 @@ struct S {
     status: RwSignal<String>,
     /// View state from the URL hash, applied when its file is opened.
     restore: RwSignal<Option<Vec<(String, String)>>>,
-    /// When the newest view request left, and which file still waits for its first picture
-    /// (with the time its load began): for the timings the benchmark reads.
+    /// When the view request whose answer is being drawn left (0 once drawn), and which file
+    /// still waits for its first picture (with the time its load began): for the timings the
+    /// benchmark reads.
     view_sent: StoredValue<f64>,
     first_draw: StoredValue<Option<(DocId, f64)>>,
 }
@@ -263,6 +264,15 @@ impl S {
     }
 }
 
+/// Everything a timeline view depends on: the file, device, kind, window (bits) and pinned
+/// element; the plot's columns, rows and redraw count; the theme's colours.
+#[derive(Clone, Copy, PartialEq)]
+struct ViewKey {
+    window: (DocId, u32, Kind, u64, u64, Option<u32>),
+    pixels: (u32, u32, u32),
+    palette: (u32, u32, u32),
+}
+
 /// Appends `[what, value]` to `window.memscapeTimings`, which the benchmark reads.
 fn record(what: &str, value: f64) {
     let Some(w) = web_sys::window() else { return };
@@ -427,6 +437,12 @@ fn App() -> impl IntoView {
 
     // Fetch the view whenever the window, device or size changes; the newest answer wins.
     let seq = StoredValue::new(0u32);
+    // The key whose request waited one frame for the plot to exist.
+    let deferred = StoredValue::new(None);
+    // What the last answer showed. A first view asks for "the whole trace" and learns its
+    // window from the answer; asking again for that window would only draw the same picture,
+    // while the first hover waited behind it.
+    let answered = StoredValue::new(None::<ViewKey>);
     let view_key = Memo::new(move |_| {
         let pinned = s.pinned.with(|p| p.as_ref().map(|d| d.element));
         s.tab().map(|t| (t.info.doc, t.device, t.kind, t.start.to_bits(), t.end.to_bits(), pinned))
@@ -434,7 +450,15 @@ fn App() -> impl IntoView {
     Effect::new(move |_| {
         let Some(key) = view_key.get() else { return };
         let Some(t) = s.tab_untracked() else { return };
-        s.size.track();
+        let size = s.size.get();
+        // A tab that was just added has no plot yet to measure: ask once it is laid out (next
+        // frame), instead of asking for a default size now and for the real one just after,
+        // while the first hover would wait behind the second.
+        if canvas_by_id("timeline").is_none() && deferred.get_value() != Some(key) {
+            deferred.set_value(Some(key));
+            request_animation_frame(move || s.size.update(|x| *x += 1));
+            return;
+        }
         let th = draw::Theme::read();
         let dflt = PaletteVm::default();
         let palette = PaletteVm {
@@ -445,6 +469,14 @@ fn App() -> impl IntoView {
         let cols = plot_columns();
         let rows =
             canvas_by_id("timeline").map_or(300, |c| (f64::from(c.client_height()) - draw::TOP - draw::BOTTOM) as u32);
+        let asked = move |start: f64, end: f64| ViewKey {
+            window: (key.0, key.1, key.2, start.to_bits(), end.to_bits(), key.5),
+            pixels: (cols, rows, size),
+            palette: (palette.summarized, palette.hit, palette.pinned),
+        };
+        if answered.get_value() == Some(asked(t.start, t.end)) && s.view.with_untracked(Option::is_some) {
+            return;
+        }
         seq.update_value(|x| *x += 1);
         let my = seq.get_value();
         let q = ViewQuery {
@@ -459,13 +491,14 @@ fn App() -> impl IntoView {
             pinned: key.5,
             palette,
         };
-        s.view_sent.set_value(now());
+        let sent = now();
         spawn_local(async move {
             let r = worker().ask(Request::View(q)).await;
             if seq.get_value() != my {
                 return;
             }
             if let Response::View(v) = r {
+                answered.set_value(Some(asked(v.start, v.end)));
                 if t.end <= t.start || t.n_steps != v.n_steps {
                     let (a, b, n) = (v.start, v.end, v.n_steps);
                     s.edit(|t| {
@@ -476,6 +509,8 @@ fn App() -> impl IntoView {
                         }
                     });
                 }
+                // The frame is timed when this answer is drawn, not at a redraw of the old one.
+                s.view_sent.set_value(sent);
                 s.view.set(Some(v));
             }
         });

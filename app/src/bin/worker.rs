@@ -24,10 +24,10 @@ const SLICE: u64 = 4 << 20;
 
 /// Background work per slice, ms: about what a request may wait behind (the clock is read
 /// between batches of `UNITS`, so a slice can run over by one batch).
-const WORK_MS: f64 = 4.0;
+const WORK_MS: f64 = 3.0;
 /// Units of background work between two looks at the clock (an entry, element or step
 /// each: about 0.1 to 0.5 ms of wasm for the generated files).
-const UNITS: usize = 1024;
+const UNITS: usize = 512;
 
 struct Worker {
     scope: DedicatedWorkerGlobalScope,
