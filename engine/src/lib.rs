@@ -150,17 +150,14 @@ impl Engine {
                 first_lane = Some(tl);
             }
         });
-        let mut segments: HashMap<i64, u64> = HashMap::new();
-        for s in &snap.segments {
-            *segments.entry(s.device).or_default() += 1;
-        }
+        let segments = snap.segments_by_device();
         let devices = snap
             .devices()
             .into_iter()
             .map(|d| DeviceInfo {
                 device: d as u32,
                 entries: snap.trace(d).len() as u64,
-                segments: segments.get(&(d as i64)).copied().unwrap_or(0),
+                segments: segments.get(&(d as i64)).map_or(0, |s| s.0 as u64),
                 has_time: snap.trace(d).has_time(),
             })
             .collect();

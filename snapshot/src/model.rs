@@ -702,17 +702,25 @@ impl Snapshot {
         out
     }
 
+    /// Per device: its segments and their total size, in one pass over the segments (a file
+    /// may name many devices, so no caller filters the segments once per device).
+    pub fn segments_by_device(&self) -> FxHashMap<i64, (usize, u64)> {
+        let mut per: FxHashMap<i64, (usize, u64)> = FxHashMap::default();
+        for s in &self.segments {
+            let d = per.entry(s.device).or_default();
+            d.0 += 1;
+            d.1 += s.total_size;
+        }
+        per
+    }
+
     /// The device to open first: the one with the most trace entries, then the most
     /// segments; `None` when nothing is recorded.
     pub fn default_device(&self) -> Option<usize> {
-        // Segments counted once per device, not once per device and segment.
-        let mut segs: FxHashMap<i64, usize> = FxHashMap::default();
-        for s in &self.segments {
-            *segs.entry(s.device).or_default() += 1;
-        }
+        let segs = self.segments_by_device();
         self.devices()
             .into_iter()
-            .max_by_key(|&d| (self.trace(d).len(), segs.get(&(d as i64)).copied().unwrap_or(0), std::cmp::Reverse(d)))
+            .max_by_key(|&d| (self.trace(d).len(), segs.get(&(d as i64)).map_or(0, |s| s.0), std::cmp::Reverse(d)))
     }
 
     /// Approximate heap bytes used by the model.

@@ -116,18 +116,14 @@ pub fn summary_with(snap: &Snapshot, mut also: impl FnMut(Timeline)) -> Summary 
         }
     }
     let gpus = snap.device_info();
-    // Reserved bytes per device in one pass (a file may name many devices).
-    let mut reserved: std::collections::HashMap<i64, u64> = std::collections::HashMap::new();
-    for seg in &snap.segments {
-        *reserved.entry(seg.device).or_default() += seg.total_size;
-    }
+    let per_device = snap.segments_by_device();
     for d in snap.devices() {
         let blocks = Timeline::build(snap, d, TimelineKind::Blocks);
         let segs = Timeline::build(snap, d, TimelineKind::Segments);
         s.devices.push(DeviceSummary {
             device: d as u64,
             trace_entries: snap.trace(d).len() as u64,
-            reserved_bytes: reserved.get(&(d as i64)).copied().unwrap_or(0),
+            reserved_bytes: per_device.get(&(d as i64)).map_or(0, |s| s.1),
             timeline: TimelineSummary::of(&blocks),
             segment_timeline: TimelineSummary::of(&segs),
             gpu: gpus.iter().find(|g| g.device == d as i64).cloned(),
