@@ -121,7 +121,7 @@ fn failed(name: &str, e: &snapshot::ReadError) -> String {
     let mut msg = format!("{name}: {e}");
     // Only for a snapshot that is simply big (its size or its memory), not for hostile
     // shapes (absurd lengths, bombs), which the command line refuses as well.
-    if e.kind == snapshot::ErrorKind::TooLarge && e.message.starts_with("the snapshot ") {
+    if e.bound == Some(snapshot::Bound::Size) {
         msg.push_str(&format!(
             ". The command-line `memscape stats {name}` reads snapshots of any size; a smaller one can be recorded with a lower max_entries in torch.cuda.memory._record_memory_history."
         ));

@@ -17,8 +17,20 @@ pub enum ErrorKind {
     Schema,
     /// A valid form this reader does not handle.
     Unsupported,
-    /// The snapshot would need more memory than allowed.
+    /// The snapshot would need more memory than allowed ([`ReadError::bound`] says which
+    /// limit it hit).
     TooLarge,
+}
+
+/// Which limit a [`ErrorKind::TooLarge`] error hit: the file's own size or the memory its
+/// model needs (a snapshot that is simply big: a reader with more room reads it), or a
+/// shape no real snapshot has (a length, a count or a depth: refused by every reader).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bound {
+    /// The pickle is longer than the reader takes, or its model would not fit in memory.
+    Size,
+    /// A declared length, a container's item count or the pickle stack's depth.
+    Shape,
 }
 
 /// A read error: what was wrong and where.
@@ -34,11 +46,18 @@ pub struct ReadError {
     pub path: Option<String>,
     /// The layer the offset refers to, e.g. `gzip payload` or `HTML local_files[0]`.
     pub layer: Option<String>,
+    /// For [`ErrorKind::TooLarge`]: which limit.
+    pub bound: Option<Bound>,
 }
 
 impl ReadError {
     pub(crate) fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        ReadError { kind, message: message.into(), offset: None, path: None, layer: None }
+        let bound = (kind == ErrorKind::TooLarge).then_some(Bound::Shape);
+        ReadError { kind, message: message.into(), offset: None, path: None, layer: None, bound }
+    }
+    /// A `TooLarge` error for a snapshot that is simply big (its size or its memory).
+    pub(crate) fn too_big(message: impl Into<String>) -> Self {
+        ReadError { bound: Some(Bound::Size), ..Self::new(ErrorKind::TooLarge, message) }
     }
     pub(crate) fn at(mut self, offset: u64) -> Self {
         self.offset.get_or_insert(offset);

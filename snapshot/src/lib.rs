@@ -40,7 +40,7 @@ pub mod synth;
 pub mod timeline;
 pub mod write;
 
-pub use error::{ErrorKind, ReadError, Warning};
+pub use error::{Bound, ErrorKind, ReadError, Warning};
 pub use intern::{StrId, Strings};
 pub use model::{
     Action, Annotation, Block, BlockState, DeviceInfo, Entry, Frame, FrameId, History, PoolId, Root, Segment, Snapshot,

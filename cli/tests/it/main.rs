@@ -2,29 +2,10 @@
 //! Runs the real `memscape` binary on every corpus file and compares with the figures
 //! PyTorch's own code computed (`shared/corpus/expected/`).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use serde_json::Value;
-
-fn corpus() -> PathBuf {
-    let dir = std::env::var_os("MEMSCAPE_CORPUS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/corpus"));
-    assert!(dir.join("expected").is_dir(), "corpus not found at {} (set MEMSCAPE_CORPUS)", dir.display());
-    dir
-}
-
-fn corpus_files() -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(corpus())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.is_file() && p.extension().is_some_and(|e| e != "md"))
-        .collect();
-    v.sort();
-    assert!(v.len() >= 19, "expected the 19 corpus files, found {}", v.len());
-    v
-}
 
 fn memscape(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_memscape")).args(args).output().unwrap()
@@ -44,11 +25,12 @@ fn eq(file: &str, what: &str, ours: &Value, expected: &Value) {
 #[test]
 fn stats_json_equals_pytorch_figures_for_every_corpus_file() {
     let mut devices_checked = 0;
-    for path in corpus_files() {
+    for path in testkit::paths() {
         let name = path.file_name().unwrap().to_str().unwrap().to_string();
-        let exp: Value =
-            serde_json::from_slice(&std::fs::read(corpus().join("expected").join(format!("{name}.json"))).unwrap())
-                .unwrap();
+        let exp: Value = serde_json::from_slice(
+            &std::fs::read(testkit::dir().join("expected").join(format!("{name}.json"))).unwrap(),
+        )
+        .unwrap();
         let ours = stats_json(&path);
         let segsum = &exp["segsum"];
         for k in ["segments", "total_reserved", "total_allocated", "free_internal", "free_external"] {
@@ -102,7 +84,7 @@ fn stats_json_equals_pytorch_figures_for_every_corpus_file() {
 
 #[test]
 fn html_export_gives_the_same_figures_as_its_pickle() {
-    let c = corpus();
+    let c = testkit::dir();
     let a = stats_json(&c.join("pt25-cs336-bf16-forward.html"));
     let b = stats_json(&c.join("pt25-cs336-bf16-forward.pickle"));
     assert_eq!(a, b);
@@ -113,7 +95,7 @@ fn bad_input_exits_2_with_a_one_line_error_naming_the_file() {
     let dir = std::env::temp_dir().join(format!("memscape-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let truncated = dir.join("truncated.pickle");
-    let bytes = std::fs::read(corpus().join("pt24-linear-tiny.pkl")).unwrap();
+    let bytes = std::fs::read(testkit::dir().join("pt24-linear-tiny.pkl")).unwrap();
     std::fs::write(&truncated, &bytes[..bytes.len() / 2]).unwrap();
     let empty = dir.join("empty.pickle");
     std::fs::write(&empty, b"").unwrap();

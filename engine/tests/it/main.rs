@@ -3,24 +3,10 @@
 //! analyses and against the files' contents.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::PathBuf;
-
 use engine::protocol::*;
 use engine::{Engine, Loading};
 use snapshot::timeline::Timeline;
 use snapshot::{frames, stats, Action, Snapshot};
-
-fn corpus() -> PathBuf {
-    let dir = std::env::var_os("MEMSCAPE_CORPUS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/corpus"));
-    assert!(dir.join("expected").is_dir(), "corpus not found at {} (set MEMSCAPE_CORPUS)", dir.display());
-    dir
-}
-
-fn example() -> Vec<u8> {
-    std::fs::read(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/cs336-fullstep.pickle")).unwrap()
-}
 
 /// Loads like the worker: in slices.
 fn open(engine: &mut Engine, name: &str, bytes: &[u8], slice: usize) -> Result<DocInfo, String> {
@@ -54,7 +40,7 @@ fn view(e: &mut Engine, doc: DocId, device: u32, kind: Kind, start: f64, end: f6
 
 #[test]
 fn load_reports_the_core_statistics_and_default_device() {
-    let bytes = example();
+    let bytes = testkit::example("cs336-fullstep.pickle");
     let mut e = Engine::new();
     let info = open(&mut e, "ex.pickle", &bytes, 1 << 20).unwrap();
     let snap = snapshot::read(&bytes).unwrap().snapshot;
@@ -67,7 +53,7 @@ fn load_reports_the_core_statistics_and_default_device() {
 
 #[test]
 fn views_draw_what_the_timeline_holds() {
-    let bytes = example();
+    let bytes = testkit::example("cs336-fullstep.pickle");
     let mut e = Engine::new();
     let info = open(&mut e, "ex", &bytes, 3 << 20).unwrap();
     let snap = snapshot::read(&bytes).unwrap().snapshot;
@@ -135,7 +121,7 @@ fn views_draw_what_the_timeline_holds() {
 
 #[test]
 fn details_events_state_and_search_agree_with_the_core() {
-    let bytes = example();
+    let bytes = testkit::example("cs336-fullstep.pickle");
     let mut e = Engine::new();
     let info = open(&mut e, "ex", &bytes, 1 << 22).unwrap();
     let snap = snapshot::read(&bytes).unwrap().snapshot;
@@ -245,7 +231,7 @@ fn annotations(snap: &Snapshot) -> (usize, usize) {
 
 #[test]
 fn annotations_and_ooms_become_lanes_without_dropping_any() {
-    let dir = corpus();
+    let dir = testkit::dir();
     let mut checked = 0;
     for name in [
         "pt29-blockzero-maxentries1-unmatched-annotation.pickle",
@@ -281,7 +267,7 @@ fn annotations_and_ooms_become_lanes_without_dropping_any() {
 
 #[test]
 fn bad_files_fail_with_the_name_and_the_place_and_leave_the_rest_open() {
-    let bytes = example();
+    let bytes = testkit::example("cs336-fullstep.pickle");
     let mut e = Engine::new();
     let good = open(&mut e, "good.pickle", &bytes, 1 << 20).unwrap();
     let err = open(&mut e, "half.pickle", &bytes[..bytes.len() / 2], 1 << 16).unwrap_err();
@@ -297,7 +283,7 @@ fn bad_files_fail_with_the_name_and_the_place_and_leave_the_rest_open() {
 
 #[test]
 fn segment_view_follows_reserved_memory() {
-    let bytes = std::fs::read(corpus().join("pt25plus-expandable-2gpu-tiny-nohistory.pickle")).unwrap();
+    let bytes = std::fs::read(testkit::dir().join("pt25plus-expandable-2gpu-tiny-nohistory.pickle")).unwrap();
     let snap = snapshot::read(&bytes).unwrap().snapshot;
     let mut e = Engine::new();
     let info = open(&mut e, "x", &bytes, 1 << 20).unwrap();
@@ -322,7 +308,7 @@ fn colours_are_distinct_for_neighbours() {
 
 #[test]
 fn segment_views_carry_the_allocated_line_inside_reserved_memory() {
-    let dir = corpus();
+    let dir = testkit::dir();
     let mut checked = 0;
     for name in [
         "pt21-llama-cppframes-multistream.pickle",
@@ -352,7 +338,7 @@ fn segment_views_carry_the_allocated_line_inside_reserved_memory() {
 
 #[test]
 fn a_file_too_large_for_the_tab_is_refused_at_once_with_what_to_do_instead() {
-    let bytes = example();
+    let bytes = testkit::example("cs336-fullstep.pickle");
     let limits = snapshot::Limits { max_pickle_bytes: 1 << 20, ..snapshot::Limits::default() };
     let mut l = Loading::with_limits("big.pickle", bytes.len() as u64, 0.0, limits);
     let e = l.feed(&bytes[..4096]).expect_err("refused on the first slice");
@@ -449,7 +435,7 @@ fn a_hover_never_waits_for_a_whole_file_analysis() {
     // After the first view, the categories and the allocator-state checkpoints are worked
     // out in the background, a slice at a time; requests in between answer at once with what
     // the allocation itself says, and the category comes once the analysis is done.
-    let bytes = example();
+    let bytes = testkit::example("cs336-fullstep.pickle");
     let snap = snapshot::read(&bytes).unwrap().snapshot;
     let tl = Timeline::build(&snap, 0, Kind::Blocks);
     let core = snapshot::categories::analyze(&snap, &tl, &Rules::default().compile().unwrap());
@@ -507,7 +493,7 @@ fn a_hover_never_waits_for_a_whole_file_analysis() {
 
 #[test]
 fn rules_changed_while_the_categories_are_half_done_start_them_again() {
-    let bytes = example();
+    let bytes = testkit::example("cs336-fullstep.pickle");
     let mut e = Engine::new();
     let doc = open(&mut e, "ex", &bytes, 1 << 20).unwrap().doc;
     let v = view(&mut e, doc, 0, Kind::Blocks, 0.0, 0.0, 500);

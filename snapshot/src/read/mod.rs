@@ -169,13 +169,10 @@ impl Loader {
             },
             State::Buffer(_, data) => {
                 if data.len() as u64 + chunk.len() as u64 > self.limits.max_string_bytes {
-                    return Err(ReadError::new(
-                        ErrorKind::TooLarge,
-                        format!(
-                            "JSON, HTML and zstd snapshots are read whole, and this one is over {} MiB",
-                            self.limits.max_string_bytes >> 20
-                        ),
-                    ));
+                    return Err(ReadError::too_big(format!(
+                        "JSON, HTML and zstd snapshots are read whole, and this one is over {} MiB",
+                        self.limits.max_string_bytes >> 20
+                    )));
                 }
                 data.extend_from_slice(chunk);
                 Ok(())
@@ -301,9 +298,7 @@ fn detect(
 /// The refusal of a pickle larger than [`Limits::max_pickle_bytes`].
 fn too_large(size: u64, limits: Limits, what: &str) -> ReadError {
     let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
-    ReadError::new(
-        ErrorKind::TooLarge,
-        format!(
+    ReadError::too_big(format!(
             "the snapshot is too large to open here: {what} {:.2} GiB, and this reader takes pickles up to {:.2} GiB (its model would not fit in memory)",
             gib(size),
             gib(limits.max_pickle_bytes)

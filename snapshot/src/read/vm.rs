@@ -354,7 +354,7 @@ impl Vm {
             self.mem >> 20,
             self.limits.max_memory_bytes >> 20
         );
-        err(ErrorKind::TooLarge, what).at(offset)
+        ReadError::too_big(what).at(offset)
     }
 
     /// Refuses to grow container `id` past [`MAX_ITEMS`].

@@ -4,7 +4,7 @@ use std::io::Write;
 
 use snapshot::{read, ErrorKind, Limits, Loader, ReadError};
 
-use crate::{corpus_dir, Rng};
+use crate::Rng;
 
 #[track_caller]
 fn fails(bytes: &[u8], kind: ErrorKind) -> ReadError {
@@ -31,7 +31,7 @@ fn every_truncation_of_small_corpus_files_is_an_error_with_an_offset() {
         ("pt24-linear-tiny.pkl", 3),
         ("pt25plus-expandable-2gpu-tiny-nohistory.pickle", 1),
     ] {
-        let bytes = std::fs::read(corpus_dir().join(name)).unwrap();
+        let bytes = std::fs::read(testkit::dir().join(name)).unwrap();
         for cut in (0..bytes.len() - 1).step_by(stride) {
             let e = read(&bytes[..cut]).expect_err(name);
             assert!(matches!(e.kind, ErrorKind::Truncated | ErrorKind::NotASnapshot), "{name} cut at {cut}: {e}");
@@ -46,7 +46,7 @@ fn every_truncation_of_small_corpus_files_is_an_error_with_an_offset() {
 fn random_mutations_never_panic_and_errors_say_where() {
     let mut rng = Rng(0x5eed);
     for name in ["pt24-linear-tiny.pkl", "pt21-gpt2-cuda1-nohistory.pickle", "pt25-cs336-bf16-forward.html"] {
-        let orig = std::fs::read(corpus_dir().join(name)).unwrap();
+        let orig = std::fs::read(testkit::dir().join(name)).unwrap();
         for round in 0..600 {
             let mut b = orig.clone();
             for _ in 0..1 + rng.below(4) {
@@ -139,7 +139,7 @@ fn read_with(bytes: &[u8], limits: Limits, size_hint: bool) -> Result<snapshot::
 
 #[test]
 fn a_pickle_over_the_size_limit_is_refused_before_reading_or_as_it_decompresses() {
-    let bytes = std::fs::read(corpus_dir().join("pt24-linear-tiny.pkl")).unwrap();
+    let bytes = std::fs::read(testkit::dir().join("pt24-linear-tiny.pkl")).unwrap();
     let limits = Limits { max_pickle_bytes: 1000, ..Limits::default() };
     // Its size is known: refused on the first chunk, saying how big it is and the limit.
     let mut l = Loader::new(limits);
@@ -298,4 +298,27 @@ fn a_flood_of_leading_whitespace_stops_after_one_mebibyte() {
     // Some whitespace before a JSON snapshot is fine.
     let json = [b"\n\n   ".as_slice(), br#"{"segments": [], "device_traces": []}"#].concat();
     assert!(read(&json).is_ok());
+}
+
+/// A `TooLarge` error says which limit it hit: the viewer sends a user to the command line
+/// only for a snapshot that is simply big, never for a hostile shape.
+#[test]
+fn a_too_large_error_says_whether_the_snapshot_is_big_or_hostile() {
+    use snapshot::Bound;
+    let bytes = testkit::read("pt24-linear-tiny.pkl");
+    // Big: over the size limit, known up front or found while decompressing; over the memory limit.
+    let mut l = Loader::new(Limits { max_pickle_bytes: 1000, ..Limits::default() });
+    l.set_size_hint(bytes.len() as u64);
+    assert_eq!(l.feed(&bytes).expect_err("too big").bound, Some(Bound::Size));
+    let e = read_with(&gzip(&bytes), Limits { max_pickle_bytes: 1000, ..Limits::default() }, true).unwrap_err();
+    assert_eq!((e.kind, e.bound), (ErrorKind::TooLarge, Some(Bound::Size)), "{e}");
+    let e = read_with(&bytes, Limits { max_memory_bytes: 1 << 10, ..Limits::default() }, false).unwrap_err();
+    assert_eq!((e.kind, e.bound), (ErrorKind::TooLarge, Some(Bound::Size)), "{e}");
+    // Hostile: a length no snapshot has.
+    let mut huge = pickle(&[0x8d]);
+    huge.extend_from_slice(&(1u64 << 60).to_le_bytes());
+    let e = fails(&huge, ErrorKind::TooLarge);
+    assert_eq!(e.bound, Some(Bound::Shape), "{e}");
+    // Other kinds have no bound.
+    assert_eq!(fails(&pickle(b"j\xff\xff\xff\x7f."), ErrorKind::Malformed).bound, None);
 }

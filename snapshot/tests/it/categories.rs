@@ -144,7 +144,7 @@ fn user_rules_come_before_the_built_in_ones() {
 }
 
 fn corpus_categories(name: &str) -> (Snapshot, Timeline, snapshot::categories::Categories) {
-    let bytes = std::fs::read(crate::corpus_dir().join(name)).unwrap();
+    let bytes = std::fs::read(testkit::dir().join(name)).unwrap();
     let snap = snapshot::read(&bytes).unwrap().snapshot;
     let tl = Timeline::build(&snap, snap.default_device().unwrap_or(0), TimelineKind::Blocks);
     let cats = analyze(&snap, &tl, &Rules::default().compile().unwrap());
@@ -153,7 +153,7 @@ fn corpus_categories(name: &str) -> (Snapshot, Timeline, snapshot::categories::C
 
 #[test]
 fn per_category_bytes_add_up_to_the_timeline_on_every_corpus_file() {
-    for (name, _) in crate::corpus_files() {
+    for (name, _) in testkit::files() {
         let (_, tl, cats) = corpus_categories(&name);
         assert_eq!(cats.at_peak.iter().sum::<u64>(), tl.peak_bytes(), "{name}");
         let n = tl.n_steps();
@@ -337,7 +337,7 @@ fn iterations_are_the_boundaries_a_walk_over_every_step_finds() {
     let (leaky, _) = generate_with_truth(&Options { leak_bytes: 1 << 20, ..planted() });
     let mut inputs =
         vec![("optimizer steps".to_string(), roundtrip(&leaky)), ("backward passes".into(), without_optimizer(&leaky))];
-    for (name, _) in crate::corpus_files() {
+    for (name, _) in testkit::files() {
         inputs.push((name.clone(), corpus_categories(&name).0));
     }
     let mut sources = Vec::new();

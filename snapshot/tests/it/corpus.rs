@@ -2,7 +2,7 @@ use snapshot::state::{merged_events, StateIndex};
 use snapshot::timeline::{LodQuery, Timeline, TimelineKind};
 use snapshot::{read, write, Limits, Loader};
 
-use crate::{corpus_files, expected, Rng};
+use crate::Rng;
 
 fn read_in_chunks(bytes: &[u8], mut size: impl FnMut() -> usize) -> snapshot::Loaded {
     let mut l = Loader::new(Limits::default());
@@ -27,7 +27,7 @@ fn whole_buffer_one_byte_chunks_and_random_chunks_give_the_same_model() {
         oom: true,
         ..Default::default()
     });
-    let mut files = corpus_files();
+    let mut files = testkit::files();
     files.push(("synth (2 devices, oom)".into(), write::to_pickle_bytes(&synth)));
     for (name, bytes) in files {
         let whole = write::to_pickle_bytes(&read(&bytes).unwrap().snapshot);
@@ -40,7 +40,7 @@ fn whole_buffer_one_byte_chunks_and_random_chunks_give_the_same_model() {
 
 #[test]
 fn writer_output_reads_back_to_the_same_model() {
-    for (name, bytes) in corpus_files() {
+    for (name, bytes) in testkit::files() {
         let first = write::to_pickle_bytes(&read(&bytes).unwrap().snapshot);
         let again = write::to_pickle_bytes(&read(&first).unwrap().snapshot);
         assert!(first == again, "{name}: {} then {} bytes", first.len(), again.len());
@@ -50,7 +50,7 @@ fn writer_output_reads_back_to_the_same_model() {
 #[test]
 fn gzip_input_gives_the_same_model() {
     use std::io::Write as _;
-    for (name, bytes) in corpus_files().into_iter().filter(|(n, _)| n.ends_with(".pickle")).take(6) {
+    for (name, bytes) in testkit::files().into_iter().filter(|(n, _)| n.ends_with(".pickle")).take(6) {
         let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
         enc.write_all(&bytes).unwrap();
         let gz = enc.finish().unwrap();
@@ -66,7 +66,7 @@ fn gzip_input_gives_the_same_model() {
 
 #[test]
 fn zstd_input_gives_the_same_model() {
-    for (name, bytes) in corpus_files().into_iter().filter(|(n, _)| n.ends_with(".pickle")).take(4) {
+    for (name, bytes) in testkit::files().into_iter().filter(|(n, _)| n.ends_with(".pickle")).take(4) {
         let zst = ruzstd::encoding::compress_to_vec(&bytes[..], ruzstd::encoding::CompressionLevel::Fastest);
         let a = read_in_chunks(&zst, || 10_007);
         assert!(matches!(a.format, snapshot::Format::Zstd(_)), "{name}");
@@ -79,8 +79,8 @@ fn zstd_input_gives_the_same_model() {
 #[test]
 fn allocator_state_after_any_event_equals_pytorch_state_history() {
     let mut checked = 0;
-    for (name, bytes) in corpus_files() {
-        let exp = expected(&name);
+    for (name, bytes) in testkit::files() {
+        let exp = testkit::expected(&name);
         let Some(devices) = exp["memoryviz"]["devices"].as_object() else { continue };
         let snap = read(&bytes).unwrap().snapshot;
         for (dev, d) in devices {
@@ -118,7 +118,7 @@ fn allocator_state_after_any_event_equals_pytorch_state_history() {
 
 #[test]
 fn level_of_detail_bands_add_up_to_the_timeline_totals() {
-    for (name, bytes) in corpus_files() {
+    for (name, bytes) in testkit::files() {
         let snap = read(&bytes).unwrap().snapshot;
         for d in snap.devices() {
             let t = Timeline::build(&snap, d, TimelineKind::Blocks);
@@ -177,7 +177,7 @@ fn serde_pickle_agrees_where_it_can_read_the_file() {
     }
     let mut read_ok = 0;
     let mut refused = 0;
-    for (name, bytes) in corpus_files().into_iter().filter(|(n, _)| !n.ends_with(".html")) {
+    for (name, bytes) in testkit::files().into_iter().filter(|(n, _)| !n.ends_with(".html")) {
         // Plain serde-pickle refuses files whose frame dicts and lists are shared...
         if serde_pickle::value_from_slice(&bytes, DeOptions::new()).is_err() {
             refused += 1;

@@ -3,8 +3,6 @@
 
 use std::process::Command;
 
-use crate::{corpus_dir, corpus_files};
-
 const COMPARE: &str = r#"
 import base64, json, pickle, re, sys
 def payload(path):
@@ -28,13 +26,13 @@ print(json.dumps({'total_reserved': sum(s['total_size'] for s in segs), 'total_a
 fn written_pickles_load_in_python_as_the_original_data() {
     let dir = std::env::temp_dir().join(format!("memscape-py-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    for (name, bytes) in corpus_files() {
+    for (name, bytes) in testkit::files() {
         let snap = snapshot::read(&bytes).unwrap().snapshot;
         let out = dir.join(format!("{name}.out.pickle"));
         std::fs::write(&out, snapshot::write::to_pickle_bytes(&snap)).unwrap();
         let r = Command::new("python3")
             .args(["-c", COMPARE])
-            .arg(corpus_dir().join(&name))
+            .arg(testkit::dir().join(&name))
             .arg(&out)
             .output()
             .expect("python3 is needed for this test");
@@ -45,7 +43,7 @@ fn written_pickles_load_in_python_as_the_original_data() {
             String::from_utf8_lossy(&r.stderr)
         );
         let sums: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
-        let exp = crate::expected(&name);
+        let exp = testkit::expected(&name);
         assert_eq!(sums["total_reserved"], exp["segsum"]["total_reserved"], "{name}");
         assert_eq!(sums["total_allocated"], exp["segsum"]["total_allocated"], "{name}");
     }
@@ -63,9 +61,10 @@ fn json_snapshots_read_like_their_pickles() {
     std::fs::create_dir_all(&dir).unwrap();
     // Python's json module is slow on the multi-megabyte files: the smaller ones cover every
     // format generation.
-    for (name, bytes) in corpus_files().into_iter().filter(|(n, b)| !n.ends_with(".html") && b.len() < 700_000) {
+    for (name, bytes) in testkit::files().into_iter().filter(|(n, b)| !n.ends_with(".html") && b.len() < 700_000) {
         let out = dir.join(format!("{name}.json"));
-        let r = Command::new("python3").args(["-c", TO_JSON]).arg(corpus_dir().join(&name)).arg(&out).output().unwrap();
+        let r =
+            Command::new("python3").args(["-c", TO_JSON]).arg(testkit::dir().join(&name)).arg(&out).output().unwrap();
         assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
         let from_json = snapshot::read(&std::fs::read(&out).unwrap()).unwrap();
         assert_eq!(from_json.format, snapshot::Format::Json);
