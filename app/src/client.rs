@@ -13,8 +13,26 @@ use wasm_bindgen::JsCast;
 use web_sys::{ErrorEvent, MessageEvent, Worker};
 
 type LoadHandler = Rc<dyn Fn(u32, LoadEvent)>;
-/// Who hears that a file's background analysis of a device finished.
-type AnalysedHandler = Rc<RefCell<Option<Rc<dyn Fn(DocId, u32, Finished)>>>>;
+/// Who hear that a file's background analysis of a device finished.
+type AnalysedHandler = Rc<RefCell<Vec<Rc<dyn Fn(DocId, u32, Finished)>>>>;
+
+thread_local! {
+    static CLIENT: RefCell<Option<Client>> = const { RefCell::new(None) };
+}
+
+/// Starts the workers' side and keeps it for [`worker`].
+pub fn install() -> Result<(), JsValue> {
+    let c = start()?;
+    CLIENT.with(|x| *x.borrow_mut() = Some(c));
+    Ok(())
+}
+
+/// The page's handle on the workers.
+// `main` mounts the page only after `install` succeeded, so every caller finds it.
+#[allow(clippy::expect_used)]
+pub fn worker() -> Client {
+    CLIENT.with(|c| c.borrow().clone()).expect("workers installed in main")
+}
 
 /// A handle on the workers (cheap to clone).
 #[derive(Clone)]
@@ -51,7 +69,7 @@ struct Conn {
 /// same code works when the page is served from any path.
 /// In an offline page (see the `offline` crate) the boot script holds the worker's code and
 /// its wasm (base64) itself: the page has nothing to load them from.
-pub fn start() -> Result<Client, JsValue> {
+fn start() -> Result<Client, JsValue> {
     let boot = match (crate::save::embedded(offline::WORKER_JS), crate::save::embedded_text(offline::WORKER_WASM)) {
         (Some(js), Some(wasm)) => format!(
             "{}\nwasm_bindgen({{ module_or_path: Uint8Array.from(atob('{}'), c => c.charCodeAt(0)) }});",
@@ -75,7 +93,7 @@ pub fn start() -> Result<Client, JsValue> {
         next: Cell::new(1),
         docs: RefCell::new(HashMap::new()),
         loading: RefCell::new(HashMap::new()),
-        analysed: Rc::new(RefCell::new(None)),
+        analysed: Rc::new(RefCell::new(Vec::new())),
     })))
 }
 
@@ -145,8 +163,8 @@ impl Conn {
             }
             FromWorker::Crashed(words) => self.died(&words),
             FromWorker::Analysed { doc, device, what } => {
-                let handler = self.analysed.borrow().clone();
-                if let Some(h) = handler {
+                let handlers = self.analysed.borrow().clone();
+                for h in handlers {
                     h(doc, device, what);
                 }
             }
@@ -268,9 +286,10 @@ impl Client {
     }
 
     /// Calls `f(doc, device, what)` whenever a worker finishes a whole-file analysis of a
-    /// device (answers that depend on it come at once from then on).
+    /// device (answers that depend on it come at once from then on). Every view that waits
+    /// on one adds its own listener.
     pub fn on_analysed(&self, f: impl Fn(DocId, u32, Finished) + 'static) {
-        self.0.analysed.replace(Some(Rc::new(f)));
+        self.0.analysed.borrow_mut().push(Rc::new(f));
     }
 
     /// The file an open document was read from.

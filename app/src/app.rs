@@ -1,0 +1,107 @@
+//! The page: makes every concern's state, provides it as context, opens the first file,
+//! listens to the window, and lays the views out.
+
+use leptos::ev;
+use leptos::prelude::*;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+
+use crate::allocator::AllocatorPanel;
+use crate::categories::{CategoryView, Cats};
+use crate::compare::{Compare, CompareView};
+use crate::details::DetailsPanel;
+use crate::dom::files_of;
+use crate::events::EventList;
+use crate::keys::{self, Help, HelpBox};
+use crate::modes::{Mode, ModeSwitch, Shown};
+use crate::open::{Opener, EXAMPLE};
+use crate::rules::UserRules;
+use crate::state::{self, Docs, Messages, Nav, Plot, Redraw, Selection, Window};
+use crate::stats::StatsPanel;
+use crate::tabs::{Banners, Header, Loads};
+use crate::timeline::Timeline;
+use crate::url::{self, Restore};
+
+#[component]
+pub(crate) fn App() -> impl IntoView {
+    state::provide();
+    let (docs, messages, redraw) = (expect_context::<Docs>(), expect_context::<Messages>(), expect_context::<Redraw>());
+    let (selection, window) = (expect_context::<Selection>(), expect_context::<Window>());
+    let restore = Restore::read(EXAMPLE, messages);
+    let opener = Opener::new(expect_context::<Nav>(), messages, restore, selection, expect_context::<Plot>());
+    let shown = Shown::new();
+    let rules = UserRules::new(docs, messages);
+    let help = Help(RwSignal::new(false));
+    provide_context(opener);
+    provide_context(shown);
+    provide_context(rules);
+    provide_context(help);
+    provide_context(Cats::new(docs, shown, rules, redraw));
+    provide_context(Compare::new(docs, messages, redraw));
+    url::follow(docs, selection);
+    keys::listen(window, selection, help);
+    listen_to_window(redraw);
+    opener.open_at_start();
+
+    let on_drop = move |e: web_sys::DragEvent| {
+        e.prevent_default();
+        for f in files_of(e.data_transfer().and_then(|d| d.files())) {
+            let name = f.name();
+            opener.open(f.into(), name);
+        }
+    };
+    view! {
+        <div class="app" on:dragover=|e: web_sys::DragEvent| e.prevent_default() on:drop=on_drop>
+            <Header/>
+            <Loads/>
+            <Banners/>
+            <Show
+                when=move || docs.active().is_some()
+                fallback=|| view! { <div class="empty">"Drop PyTorch memory snapshots anywhere on this page, or use Open files…"</div> }
+            >
+                <Views/>
+            </Show>
+            <HelpBox/>
+            <div id="status">{move || messages.status.get()}</div>
+        </div>
+    }
+}
+
+/// Every canvas is drawn again when the window is resized or the system switches between
+/// light and dark.
+fn listen_to_window(redraw: Redraw) {
+    let on_resize = window_event_listener(ev::resize, move |_| redraw.bump());
+    let _ = on_resize;
+    if let Some(mq) = web_sys::window().and_then(|w| w.match_media("(prefers-color-scheme: dark)").ok().flatten()) {
+        let on_theme = Closure::<dyn Fn()>::new(move || redraw.bump());
+        mq.set_onchange(Some(on_theme.as_ref().unchecked_ref()));
+        on_theme.forget();
+    }
+}
+
+/// The mode switch and the view it shows. The timeline view stays in the page when hidden
+/// (its canvases keep their pictures); the others are made when shown.
+#[component]
+fn Views() -> impl IntoView {
+    let shown = expect_context::<Shown>();
+    view! {
+        <ModeSwitch/>
+        <Show when=move || shown.is(Mode::Categories)>
+            <CategoryView/>
+        </Show>
+        <Show when=move || shown.is(Mode::Compare)>
+            <CompareView/>
+        </Show>
+        <div id="timeline-view" style:display=move || if shown.is(Mode::Timeline) { "" } else { "none" }>
+            <Timeline/>
+            <div class="panels">
+                <DetailsPanel/>
+                <StatsPanel/>
+            </div>
+            <div class="panels">
+                <EventList/>
+                <AllocatorPanel/>
+            </div>
+        </div>
+    }
+}

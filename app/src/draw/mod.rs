@@ -1,0 +1,182 @@
+//! Pixels: every canvas of the page drawn from view models with Canvas2D, a module per
+//! view (`timeline`, `allocator`, `charts`); here what they share: the theme, sizing a canvas
+//! at the device's pixel ratio, colours, and axes. Axis ticks are powers of two, which
+//! charting libraries (plotters picks decimal ticks) do not offer.
+
+mod allocator;
+mod charts;
+mod timeline;
+
+pub use allocator::{clear, state_map};
+pub use charts::{categories, diff};
+pub use timeline::{minimap, timeline, Overlay};
+
+use snapshot::stats::format_size;
+use wasm_bindgen::JsCast;
+use web_sys::{CanvasRenderingContext2d as Ctx, HtmlCanvasElement};
+
+/// Plot geometry of the timeline canvas, CSS pixels.
+pub const LEFT: f64 = 76.0;
+pub const RIGHT: f64 = 14.0;
+pub const LANE: f64 = 13.0;
+pub const SPAN_ROWS: u32 = 3;
+pub const TOP: f64 = LANE * (1 + SPAN_ROWS) as f64 + 8.0;
+pub const BOTTOM: f64 = 24.0;
+
+/// Colours of the current theme, read from the page's CSS variables.
+pub struct Theme {
+    pub bg: String,
+    pub fg: String,
+    pub grid: String,
+    pub muted: String,
+    pub accent: String,
+}
+
+impl Theme {
+    pub fn read() -> Theme {
+        let get = |name: &str, fallback: &str| -> String {
+            web_sys::window()
+                .and_then(|w| {
+                    let el = w.document()?.document_element()?;
+                    w.get_computed_style(&el).ok().flatten()
+                })
+                .and_then(|s| s.get_property_value(name).ok())
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+                .unwrap_or_else(|| fallback.to_string())
+        };
+        Theme {
+            bg: get("--bg", "#ffffff"),
+            fg: get("--fg", "#1d1f23"),
+            grid: get("--grid", "#e3e5e8"),
+            muted: get("--muted", "#9aa0a6"),
+            accent: get("--accent", "#d3372c"),
+        }
+    }
+}
+
+/// Sizes the canvas to its CSS box at the device's pixel ratio; returns the context and the
+/// CSS size.
+pub fn prepare(canvas: &HtmlCanvasElement) -> Option<(Ctx, f64, f64)> {
+    let dpr = web_sys::window().map_or(1.0, |w| w.device_pixel_ratio()).max(1.0);
+    let (w, h) = (f64::from(canvas.client_width()), f64::from(canvas.client_height()));
+    if w <= 0.0 || h <= 0.0 {
+        return None;
+    }
+    let (pw, ph) = ((w * dpr).round() as u32, (h * dpr).round() as u32);
+    if canvas.width() != pw || canvas.height() != ph {
+        canvas.set_width(pw);
+        canvas.set_height(ph);
+    }
+    let ctx: Ctx = canvas.get_context("2d").ok()??.dyn_into().ok()?;
+    let _ = ctx.set_transform(dpr, 0.0, 0.0, dpr, 0.0, 0.0);
+    Some((ctx, w, h))
+}
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Option<HtmlCanvasElement>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The pixels on an off-screen canvas, ready to be drawn (scaled, composited) onto another.
+fn image(rgba: &[u8], w: u32, h: u32) -> Option<HtmlCanvasElement> {
+    let data = web_sys::ImageData::new_with_u8_clamped_array_and_sh(wasm_bindgen::Clamped(rgba), w, h).ok()?;
+    SCRATCH.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.is_none() {
+            *c = web_sys::window()?.document()?.create_element("canvas").ok()?.dyn_into().ok();
+        }
+        let canvas = c.as_ref()?;
+        if canvas.width() != w || canvas.height() != h {
+            canvas.set_width(w);
+            canvas.set_height(h);
+        }
+        let ctx: Ctx = canvas.get_context("2d").ok()??.dyn_into().ok()?;
+        ctx.put_image_data(&data, 0.0, 0.0).ok()?;
+        Some(canvas.clone())
+    })
+}
+
+/// `#rrggbb` to 0xRRGGBB.
+pub fn rgb_of(css: &str) -> Option<u32> {
+    let hex = css.trim().strip_prefix('#')?;
+    (hex.len() == 6).then(|| u32::from_str_radix(hex, 16).ok()).flatten()
+}
+
+pub fn css(rgb: u32) -> String {
+    format!("#{rgb:06x}")
+}
+
+/// Tick step for a byte axis: a power of two giving at most about six ticks.
+pub fn byte_step(max: u64) -> u64 {
+    let target = (max / 5).max(1);
+    target.next_power_of_two()
+}
+
+/// Tick step for a count axis: 1, 2 or 5 times a power of ten.
+pub fn count_step(span: f64, ticks: f64) -> f64 {
+    let raw = (span / ticks).max(1.0);
+    let p = 10f64.powf(raw.log10().floor());
+    [1.0, 2.0, 5.0, 10.0].iter().map(|m| m * p).find(|s| *s >= raw).unwrap_or(10.0 * p)
+}
+
+pub fn time_label(us: i64) -> String {
+    let a = us.abs();
+    if a >= 10_000_000 {
+        format!("{:.1} s", us as f64 / 1e6)
+    } else if a >= 10_000 {
+        format!("{:.1} ms", us as f64 / 1e3)
+    } else {
+        format!("{us} µs")
+    }
+}
+
+pub fn hash(s: &str) -> u32 {
+    s.bytes().fold(2_166_136_261u32, |h, b| (h ^ u32::from(b)).wrapping_mul(16_777_619))
+}
+
+/// Plot geometry of the category and diff charts.
+pub const CHART_TOP: f64 = 10.0;
+
+/// Grid lines and byte labels up to `y_max`, ticks spaced for a highest value of `top`.
+fn y_grid(ctx: &Ctx, w: f64, top: u64, y_max: f64, y: &dyn Fn(f64) -> f64, th: &Theme) {
+    ctx.set_font("11px system-ui, sans-serif");
+    ctx.set_text_baseline("middle");
+    ctx.set_text_align("right");
+    let step = byte_step(top.max(1)).max(1);
+    // Ticks by count, so that no total near u64::MAX (a hostile file) can wrap the sum.
+    let ticks = (y_max / step as f64).floor().clamp(0.0, 1000.0) as u64;
+    for k in 0..=ticks {
+        let t = k.saturating_mul(step);
+        let yy = y(t as f64).round() + 0.5;
+        ctx.set_stroke_style_str(&th.grid);
+        ctx.begin_path();
+        ctx.move_to(LEFT, yy);
+        ctx.line_to(w - RIGHT, yy);
+        ctx.stroke();
+        ctx.set_fill_style_str(&th.fg);
+        let _ = ctx.fill_text(&format_size(i128::from(t)), LEFT - 6.0, yy);
+    }
+}
+
+fn x_labels(ctx: &Ctx, w: f64, bottom: f64, lo: f64, hi: f64, th: &Theme, label: &dyn Fn(f64) -> String) {
+    ctx.set_fill_style_str(&th.fg);
+    ctx.set_text_align("center");
+    ctx.set_text_baseline("top");
+    let st = count_step(hi - lo, 8.0);
+    let mut s = (lo / st).ceil() * st;
+    while s <= hi {
+        let x = LEFT + (s - lo) / (hi - lo).max(1e-9) * (w - LEFT - RIGHT);
+        let _ = ctx.fill_text(&label(s), x, bottom + 5.0);
+        s += st;
+    }
+}
+
+fn vline(ctx: &Ctx, x: f64, top: f64, bottom: f64, colour: &str) {
+    ctx.set_stroke_style_str(colour);
+    ctx.set_line_width(1.5);
+    ctx.begin_path();
+    ctx.move_to(x.round() + 0.5, top);
+    ctx.line_to(x.round() + 0.5, bottom);
+    ctx.stroke();
+    ctx.set_line_width(1.0);
+}

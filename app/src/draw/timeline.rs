@@ -1,0 +1,184 @@
+//! The timeline (bands, lanes of OOMs and annotations, axes) and its minimap.
+
+use engine::protocol::ViewModel;
+use web_sys::HtmlCanvasElement;
+
+use super::*;
+
+/// What the timeline shows besides the view model.
+pub struct Overlay {
+    pub start: f64,
+    pub end: f64,
+    pub event_step: Option<u32>,
+    pub time_axis: bool,
+}
+
+pub fn timeline(canvas: &HtmlCanvasElement, vm: &ViewModel, o: &Overlay, th: &Theme) {
+    let Some((ctx, w, h)) = prepare(canvas) else { return };
+    ctx.set_fill_style_str(&th.bg);
+    ctx.fill_rect(0.0, 0.0, w, h);
+    let plot_h = h - TOP - BOTTOM;
+    let bottom = h - BOTTOM;
+    let y_max = vm.y_max.max(1) as f64 * engine::HEADROOM;
+    let y = |bytes: f64| bottom - bytes / y_max * plot_h;
+    let cols = vm.columns.len().max(1) as f64;
+    let col_w = (w - LEFT - RIGHT) / cols;
+    let x_of_step = |s: f64| LEFT + (s - o.start) / (o.end - o.start) * (w - LEFT - RIGHT);
+
+    y_grid(&ctx, w, vm.y_max, y_max, &y, th);
+
+    // The bands, summaries, search hits and pin, rasterized by the engine.
+    let (n_cols, n_rows) = (vm.columns.len() as u32, (vm.pixels.len() / 4 / vm.columns.len().max(1)) as u32);
+    if n_cols > 0 && n_rows > 0 {
+        if let Some(img) = image(&vm.pixels, n_cols, n_rows) {
+            let _ = ctx.draw_image_with_html_canvas_element_and_dw_and_dh(&img, LEFT, TOP, w - LEFT - RIGHT, plot_h);
+        }
+    }
+    let legend = vm.columns.iter().any(|c| c.allocated.is_some());
+    if legend {
+        ctx.set_stroke_style_str(&th.fg);
+        ctx.set_line_width(1.5);
+        ctx.begin_path();
+        for (c, col) in vm.columns.iter().enumerate() {
+            let Some(a) = col.allocated else { continue };
+            let (xx, yy) = (LEFT + (c as f64 + 0.5) * col_w, y(a as f64));
+            if c == 0 {
+                ctx.move_to(xx, yy);
+            } else {
+                ctx.line_to(xx, yy);
+            }
+        }
+        ctx.stroke();
+        ctx.set_line_width(1.0);
+        ctx.set_fill_style_str(&th.fg);
+        ctx.set_text_align("right");
+        let _ = ctx.fill_text("line: allocated", w - RIGHT - 4.0, TOP + 8.0);
+    }
+
+    // Peak marker.
+    let px = x_of_step(f64::from(vm.peak_step) + 0.5);
+    if (LEFT..=w - RIGHT).contains(&px) {
+        ctx.set_stroke_style_str(&th.accent);
+        let _ = ctx.set_line_dash(&js_sys::Array::of2(&4.into(), &3.into()));
+        ctx.begin_path();
+        ctx.move_to(px, TOP);
+        ctx.line_to(px, bottom);
+        ctx.stroke();
+        let _ = ctx.set_line_dash(&js_sys::Array::new());
+        ctx.set_fill_style_str(&th.accent);
+        let right = px > w - 140.0;
+        ctx.set_text_align(if right { "right" } else { "left" });
+        // Near the right edge the label goes under the line's legend, not over it.
+        let _ = ctx.fill_text(
+            &format!("peak {}", format_size(i128::from(vm.peak_bytes))),
+            px + if right { -4.0 } else { 4.0 },
+            TOP + if right && legend { 20.0 } else { 8.0 },
+        );
+    }
+    if let Some(s) = o.event_step {
+        let ex = x_of_step(f64::from(s) + 0.5);
+        if (LEFT..=w - RIGHT).contains(&ex) {
+            ctx.set_stroke_style_str(&th.fg);
+            ctx.begin_path();
+            ctx.move_to(ex, TOP);
+            ctx.line_to(ex, bottom);
+            ctx.stroke();
+        }
+    }
+
+    // Lanes: OOMs on top, then record_function spans.
+    ctx.set_text_align("left");
+    ctx.set_fill_style_str(&th.fg);
+    let _ = ctx.fill_text("OOM", 4.0, LANE / 2.0 + 2.0);
+    let _ = ctx.fill_text("spans", 4.0, LANE * 1.5 + 2.0);
+    for &s in &vm.ooms {
+        let x = x_of_step(f64::from(s) + 0.5);
+        if (LEFT..=w - RIGHT).contains(&x) {
+            ctx.set_fill_style_str(&th.accent);
+            ctx.begin_path();
+            ctx.move_to(x, LANE);
+            ctx.line_to(x - 5.0, 2.0);
+            ctx.line_to(x + 5.0, 2.0);
+            ctx.fill();
+        }
+    }
+    for sp in &vm.spans {
+        let row = sp.depth.min(SPAN_ROWS - 1);
+        let (x0, x1) = (x_of_step(sp.start).max(LEFT), x_of_step(sp.end).min(w - RIGHT));
+        if x1 < LEFT || x0 > w - RIGHT {
+            continue;
+        }
+        let yy = LANE * (1 + row) as f64 + 1.0;
+        let unmatched = sp.unmatched_end || sp.unmatched_start;
+        ctx.set_fill_style_str(&css(engine::colour(hash(&sp.name))));
+        ctx.set_global_alpha(if unmatched { 0.45 } else { 0.85 });
+        ctx.fill_rect(x0, yy, (x1 - x0).max(1.0), LANE - 2.0);
+        ctx.set_global_alpha(1.0);
+        if unmatched {
+            ctx.set_stroke_style_str(&th.accent);
+            let _ = ctx.set_line_dash(&js_sys::Array::of2(&3.into(), &2.into()));
+            ctx.stroke_rect(x0, yy, (x1 - x0).max(1.0), LANE - 2.0);
+            let _ = ctx.set_line_dash(&js_sys::Array::new());
+        }
+        if x1 - x0 > 30.0 {
+            ctx.save();
+            ctx.begin_path();
+            ctx.rect(x0, yy, x1 - x0, LANE - 2.0);
+            ctx.clip();
+            ctx.set_fill_style_str(&th.fg);
+            let label = if sp.unmatched_end { format!("{} (END without START)", sp.name) } else { sp.name.clone() };
+            let _ = ctx.fill_text(&label, x0 + 3.0, yy + LANE / 2.0 - 1.0);
+            ctx.restore();
+        }
+    }
+
+    // X axis.
+    ctx.set_fill_style_str(&th.fg);
+    ctx.set_text_align("center");
+    ctx.set_text_baseline("top");
+    let span = o.end - o.start;
+    let st = count_step(span, ((w - LEFT - RIGHT) / 110.0).max(2.0));
+    let t0 = vm.columns.iter().find_map(|c| c.time_us);
+    let mut s = (o.start / st).ceil() * st;
+    while s < o.end {
+        let x = x_of_step(s);
+        let label = if o.time_axis {
+            let c = (((s - o.start) / span) * cols).floor().clamp(0.0, cols - 1.0) as usize;
+            match (vm.columns.get(c).and_then(|c| c.time_us), t0) {
+                (Some(t), Some(t0)) => time_label(t - t0),
+                _ => String::new(),
+            }
+        } else {
+            format!("{}", s as u64)
+        };
+        let _ = ctx.fill_text(&label, x, bottom + 5.0);
+        s += st;
+    }
+}
+
+pub fn minimap(canvas: &HtmlCanvasElement, vm: &ViewModel, start: f64, end: f64, th: &Theme) {
+    let Some((ctx, w, h)) = prepare(canvas) else { return };
+    ctx.set_fill_style_str(&th.bg);
+    ctx.fill_rect(0.0, 0.0, w, h);
+    let cols = vm.columns.len().max(1) as f64;
+    let cw = (w - LEFT - RIGHT) / cols;
+    let y_max = vm.y_max.max(1) as f64;
+    ctx.set_fill_style_str(&th.muted);
+    for (c, col) in vm.columns.iter().enumerate() {
+        let hh = col.total as f64 / y_max * (h - 4.0);
+        ctx.fill_rect(LEFT + c as f64 * cw, h - hh, cw + 0.3, hh);
+    }
+    let n = f64::from(vm.n_steps.max(1));
+    let (x0, x1) = (LEFT + start / n * (w - LEFT - RIGHT), LEFT + end / n * (w - LEFT - RIGHT));
+    ctx.set_fill_style_str(&th.accent);
+    ctx.set_global_alpha(0.18);
+    ctx.fill_rect(x0, 0.0, (x1 - x0).max(2.0), h);
+    ctx.set_global_alpha(1.0);
+    ctx.set_stroke_style_str(&th.accent);
+    ctx.stroke_rect(x0 + 0.5, 0.5, (x1 - x0).max(2.0) - 1.0, h - 1.0);
+    ctx.set_fill_style_str(&th.fg);
+    ctx.set_font("11px system-ui, sans-serif");
+    ctx.set_text_align("right");
+    ctx.set_text_baseline("middle");
+    let _ = ctx.fill_text("overview", LEFT - 6.0, h / 2.0);
+}

@@ -1,0 +1,128 @@
+//! Opening files: each is read by a worker of its own, with a progress bar, and becomes a
+//! tab (with the view a link saved, if it names the file). At start the page opens the
+//! snapshot an offline page carries, else the bundled example.
+
+use engine::protocol::{LoadEvent, Request, Response};
+use leptos::prelude::*;
+use leptos::task::spawn_local;
+use wasm_bindgen::JsCast;
+
+use crate::client::worker;
+use crate::dom::{now, record};
+use crate::state::{Messages, Nav, Plot, Selection, Tab};
+use crate::url::Restore;
+
+/// The example opened at start, copied next to the page by Trunk.
+pub(crate) const EXAMPLE: &str = "cs336-fullstep.pickle";
+
+/// A file being read.
+#[derive(Clone, Debug)]
+pub(crate) struct Load {
+    pub(crate) id: u32,
+    pub(crate) name: String,
+    pub(crate) bytes: u64,
+    pub(crate) total: u64,
+    pub(crate) started: f64,
+}
+
+/// Opens files; holds the loads under way.
+#[derive(Clone, Copy)]
+pub(crate) struct Opener {
+    pub(crate) loads: RwSignal<Vec<Load>>,
+    nav: Nav,
+    messages: Messages,
+    restore: Restore,
+    selection: Selection,
+    plot: Plot,
+}
+
+impl Opener {
+    pub(crate) fn new(nav: Nav, messages: Messages, restore: Restore, selection: Selection, plot: Plot) -> Opener {
+        Opener { loads: RwSignal::new(Vec::new()), nav, messages, restore, selection, plot }
+    }
+
+    /// Opens a file or blob; on failure the error is shown and what was open stays open.
+    pub(crate) fn open(self, blob: web_sys::Blob, name: String) {
+        self.open_as(blob, name, true);
+    }
+
+    /// Opens a file; one that is not `wanted` (the bundled example) only comes to the front
+    /// if no other file was opened meanwhile.
+    fn open_as(self, blob: web_sys::Blob, name: String, wanted: bool) {
+        let total = blob.size() as u64;
+        let started = now();
+        let shown = name.clone();
+        let id = worker().open(&blob, &name, move |id, ev| match ev {
+            LoadEvent::Progress { bytes, .. } => self.loads.update(|l| {
+                if let Some(l) = l.iter_mut().find(|l| l.id == id) {
+                    l.bytes = bytes;
+                }
+            }),
+            LoadEvent::Loaded(info) => {
+                self.loads.update(|l| l.retain(|l| l.id != id));
+                record("load", now() - started);
+                record("parse-worker", info.parse_ms);
+                record("layout-worker", info.layout_ms);
+                record("wasm-memory-worker", info.heap_bytes as f64);
+                self.plot.first_draw.set_value(Some((info.doc, started)));
+                self.add_tab(Tab::new(info), wanted);
+            }
+            LoadEvent::Failed(msg) => {
+                self.loads.update(|l| l.retain(|l| l.id != id));
+                self.messages.error(msg);
+            }
+            LoadEvent::Cancelled => {
+                self.loads.update(|l| l.retain(|l| l.id != id));
+                self.messages.status(format!("Cancelled loading {shown}"));
+            }
+        });
+        self.loads.update(|l| l.push(Load { id, name, bytes: 0, total, started }));
+    }
+
+    fn add_tab(self, mut tab: Tab, focus: bool) {
+        let pin = self.restore.apply(&mut tab, self.messages);
+        let (doc, device, kind) = (tab.info.doc, tab.device, tab.kind);
+        self.nav.add(tab, focus);
+        if let Some(element) = pin {
+            let pinned = self.selection.pinned;
+            spawn_local(async move {
+                if let Response::Details(d) = worker().ask(Request::Details { doc, device, kind, element }).await {
+                    pinned.set(Some(d));
+                }
+            });
+        }
+    }
+
+    /// The snapshot an offline page carries, else the bundled example (unless the page was
+    /// opened with `?empty`).
+    pub(crate) fn open_at_start(self) {
+        if let Some(bytes) = crate::save::embedded(offline::SNAPSHOT) {
+            let name = web_sys::window()
+                .and_then(|w| w.document())
+                .and_then(|d| d.get_element_by_id(offline::SNAPSHOT))
+                .and_then(|e| e.get_attribute("data-name"))
+                .unwrap_or_else(|| "snapshot".into());
+            let parts = js_sys::Array::of1(&js_sys::Uint8Array::from(bytes.as_slice()));
+            if let Ok(b) = web_sys::Blob::new_with_u8_array_sequence(&parts) {
+                self.open(b, name);
+            }
+            return;
+        }
+        let search = web_sys::window().and_then(|w| w.location().search().ok()).unwrap_or_default();
+        if search.contains("empty") {
+            return;
+        }
+        spawn_local(async move {
+            let Some(w) = web_sys::window() else { return };
+            let Ok(resp) = wasm_bindgen_futures::JsFuture::from(w.fetch_with_str(EXAMPLE)).await else { return };
+            let Ok(resp) = resp.dyn_into::<web_sys::Response>() else { return };
+            if !resp.ok() {
+                return;
+            }
+            let Ok(p) = resp.blob() else { return };
+            if let Ok(b) = wasm_bindgen_futures::JsFuture::from(p).await {
+                self.open_as(b.unchecked_into(), EXAMPLE.to_string(), false);
+            }
+        });
+    }
+}

@@ -1,0 +1,100 @@
+//! The open files (a tab each) and where the user is in each one. A tab keeps its own
+//! device, memory kind, window and selected event, so going back to it shows it as it was.
+
+use engine::protocol::{DocId, DocInfo, Kind};
+use leptos::prelude::*;
+
+/// One open file and where the user is in it.
+#[derive(Clone, Debug)]
+pub(crate) struct Tab {
+    pub(crate) info: DocInfo,
+    pub(crate) device: u32,
+    pub(crate) kind: Kind,
+    /// The window in steps; `end <= start` until the first view says the trace's length.
+    pub(crate) start: f64,
+    pub(crate) end: f64,
+    pub(crate) n_steps: u32,
+    /// The event selected in the event list (the allocator state is shown after it).
+    pub(crate) event: Option<u32>,
+}
+
+impl Tab {
+    /// A file just opened, on its default device, the whole trace.
+    pub(crate) fn new(info: DocInfo) -> Tab {
+        let device = info.default_device.unwrap_or(0);
+        Tab { info, device, kind: Kind::Blocks, start: 0.0, end: 0.0, n_steps: 0, event: None }
+    }
+
+    /// Whether the device shown recorded wall-clock times.
+    pub(crate) fn has_time(&self) -> bool {
+        self.info.devices.iter().any(|d| d.device == self.device && d.has_time)
+    }
+}
+
+/// The tabs and which one is shown.
+#[derive(Clone, Copy)]
+pub(crate) struct Docs {
+    tabs: RwSignal<Vec<Tab>>,
+    active: RwSignal<Option<DocId>>,
+}
+
+impl Docs {
+    pub(crate) fn new() -> Docs {
+        Docs { tabs: RwSignal::new(Vec::new()), active: RwSignal::new(None) }
+    }
+
+    /// Every tab (tracked).
+    pub(crate) fn tabs(self) -> Vec<Tab> {
+        self.tabs.get()
+    }
+
+    /// The open files' ids, in tab order (tracked).
+    pub(crate) fn ids(self) -> Vec<DocId> {
+        self.tabs.with(|t| t.iter().map(|t| t.info.doc).collect())
+    }
+
+    /// The file shown (tracked).
+    pub(crate) fn active(self) -> Option<DocId> {
+        self.active.get()
+    }
+
+    /// The tab shown (tracked).
+    pub(crate) fn tab(self) -> Option<Tab> {
+        let id = self.active.get()?;
+        self.tabs.with(|t| t.iter().find(|t| t.info.doc == id).cloned())
+    }
+
+    pub(crate) fn tab_untracked(self) -> Option<Tab> {
+        let id = self.active.get_untracked()?;
+        self.tabs.with_untracked(|t| t.iter().find(|t| t.info.doc == id).cloned())
+    }
+
+    /// Changes the tab shown.
+    pub(crate) fn edit(self, f: impl FnOnce(&mut Tab)) {
+        let Some(id) = self.active.get_untracked() else { return };
+        self.tabs.update(|t| {
+            if let Some(t) = t.iter_mut().find(|t| t.info.doc == id) {
+                f(t);
+            }
+        });
+    }
+
+    /// The device a file shows (0 when it is not open).
+    pub(crate) fn device_of(self, doc: DocId) -> u32 {
+        self.tabs.with_untracked(|t| t.iter().find(|t| t.info.doc == doc).map_or(0, |t| t.device))
+    }
+
+    pub(crate) fn push(self, tab: Tab) {
+        self.tabs.update(|t| t.push(tab));
+    }
+
+    pub(crate) fn show(self, doc: Option<DocId>) {
+        self.active.set(doc);
+    }
+
+    /// Drops a tab; returns the one to show next when it was the one shown.
+    pub(crate) fn remove(self, doc: DocId) -> Option<Option<DocId>> {
+        self.tabs.update(|t| t.retain(|t| t.info.doc != doc));
+        (self.active.get_untracked() == Some(doc)).then(|| self.tabs.with_untracked(|t| t.last().map(|t| t.info.doc)))
+    }
+}

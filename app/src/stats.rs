@@ -1,0 +1,83 @@
+//! The statistics of the file and the device shown: the figures of `memscape stats` (and
+//! of PyTorch's `_memory_viz.py stats`), each row with its key and exact value as data.
+
+use leptos::prelude::*;
+use snapshot::stats::{format_size, DeviceSummary, Summary};
+
+use crate::state::{Docs, Tab};
+use crate::text::bytes_text;
+
+#[component]
+pub(crate) fn StatsPanel() -> impl IntoView {
+    let docs = expect_context::<Docs>();
+    view! {
+        <section id="stats">
+            <h2>"Statistics"</h2>
+            {move || docs.tab().map(|t| view! {
+                <p class="file-line" data-format=t.info.format.clone()>{format!("{} · {} · {}", t.info.name, format_size(i128::from(t.info.bytes)), t.info.format)}</p>
+                <table class="kv" id="stats-table">{rows(&t)}</table>
+                {(!t.info.warnings.is_empty()).then(|| view! { <details><summary>{format!("{} warnings", t.info.warnings.len())}</summary><pre>{t.info.warnings.join("\n")}</pre></details> })}
+            })}
+        </section>
+    }
+}
+
+fn text_row(key: String, label: String, value: String, text: String) -> impl IntoView {
+    view! { <tr data-key=key data-value=value><th>{label}</th><td>{text}</td></tr> }
+}
+
+fn row(key: String, label: String, v: u64, bytes: bool) -> impl IntoView {
+    let text = if bytes { bytes_text(v) } else { v.to_string() };
+    text_row(key, label, v.to_string(), text)
+}
+
+fn rows(t: &Tab) -> Vec<AnyView> {
+    let sum: &Summary = &t.info.summary;
+    let mut rows = vec![
+        row("segments".into(), "segments (all devices)".into(), sum.segments, false).into_any(),
+        row("total_reserved".into(), "reserved".into(), sum.total_reserved, true).into_any(),
+        row("total_allocated".into(), "allocated".into(), sum.total_allocated, true).into_any(),
+        row("free_internal".into(), "free inside blocks".into(), sum.free_internal.max(0) as u64, true).into_any(),
+        row("free_external".into(), "free between blocks".into(), sum.free_external, true).into_any(),
+    ];
+    if let Some(d) = sum.devices.iter().find(|d| d.device == u64::from(t.device)) {
+        device_rows(d, &mut rows);
+    }
+    rows
+}
+
+fn device_rows(d: &DeviceSummary, rows: &mut Vec<AnyView>) {
+    // Device name and memory: only in snapshots written by `memscape capture` (NVML).
+    if let Some(g) = &d.gpu {
+        rows.push(
+            text_row("gpu.name".into(), format!("cuda:{} device", d.device), g.name.clone(), g.name.clone()).into_any(),
+        );
+        rows.push(row("gpu.total_bytes".into(), format!("cuda:{} memory", d.device), g.total_bytes, true).into_any());
+        if let Some(held) = g.process_used_bytes {
+            rows.push(
+                row(
+                    "gpu.process_used_bytes".into(),
+                    format!("cuda:{} held by the process (driver)", d.device),
+                    held,
+                    true,
+                )
+                .into_any(),
+            );
+        }
+    }
+    rows.push(row("trace_entries".into(), format!("cuda:{} events", d.device), d.trace_entries, false).into_any());
+    rows.push(row("reserved_bytes".into(), format!("cuda:{} reserved", d.device), d.reserved_bytes, true).into_any());
+    for (pre, label, tl) in
+        [("timeline", "allocated", &d.timeline), ("segment_timeline", "reserved", &d.segment_timeline)]
+    {
+        let mut add = |k: &str, what: &str, v: u64, bytes: bool| {
+            rows.push(row(format!("{pre}.{k}"), format!("{label}: {what}"), v, bytes).into_any());
+        };
+        add("elements", "elements", tl.elements, false);
+        add("peak_bytes", "peak", tl.peak_bytes, true);
+        add("final_bytes", "at the end", tl.final_bytes, true);
+        add("initially_allocated", "alive before recording", tl.initially_allocated, false);
+        add("unmatched_frees", "frees without alloc", tl.unmatched_frees, false);
+        add("snapshot_only", "only in final snapshot", tl.snapshot_only, false);
+    }
+}

@@ -1,0 +1,106 @@
+//! The header (open files, one tab per file, help) and what opening says: progress bars
+//! with *Cancel*, the error of a file that failed, a notice about a link's saved view.
+
+use leptos::prelude::*;
+use snapshot::stats::format_size;
+
+use crate::client::worker;
+use crate::dom::{files_of, now};
+use crate::keys::Help;
+use crate::open::Opener;
+use crate::state::{Docs, Messages, Nav};
+
+#[component]
+pub(crate) fn Header() -> impl IntoView {
+    let (opener, help) = (expect_context::<Opener>(), expect_context::<Help>());
+    view! {
+        <header>
+            <h1>"memscape"</h1>
+            <label class="button" title="Open snapshots (.pickle, .pkl, .gz, .zst, .json, .html)">
+                "Open files…"
+                <input id="file-input" type="file" multiple=true on:change=move |e| {
+                    let input: web_sys::HtmlInputElement = event_target(&e);
+                    for f in files_of(input.files()) {
+                        let name = f.name();
+                        opener.open(f.into(), name);
+                    }
+                    input.set_value("");
+                }/>
+            </label>
+            <TabBar/>
+            <span class="spacer"></span>
+            <span class="privacy">"Files never leave this page."</span>
+            <button id="help-button" title="Keyboard shortcuts" on:click=move |_| help.toggle()>"?"</button>
+        </header>
+    }
+}
+
+#[component]
+fn TabBar() -> impl IntoView {
+    let (docs, nav) = (expect_context::<Docs>(), expect_context::<Nav>());
+    view! {
+        <nav id="tabs">
+            <For each=move || docs.tabs() key=|t| t.info.doc let:t>
+                {
+                    let doc = t.info.doc;
+                    let name = t.info.name.clone();
+                    view! {
+                        <span class="tab" class:active=move || docs.active() == Some(doc)>
+                            <button class="tab-name" on:click=move |_| nav.select(doc)>{name}</button>
+                            <button class="tab-close" title="Close" on:click=move |_| nav.close(doc)>"×"</button>
+                        </span>
+                    }
+                }
+            </For>
+        </nav>
+    }
+}
+
+/// A progress bar per file being read, with its figures and the time left.
+#[component]
+pub(crate) fn Loads() -> impl IntoView {
+    let opener = expect_context::<Opener>();
+    view! {
+        <div id="loads">
+            <For each=move || opener.loads.get() key=|l| (l.id, l.bytes) let:l>
+                {
+                    let pct = if l.total > 0 { l.bytes as f64 / l.total as f64 * 100.0 } else { 0.0 };
+                    let elapsed = (now() - l.started) / 1000.0;
+                    let left = if l.bytes > 0 && l.bytes < l.total {
+                        format!("{:.1} s left", elapsed / l.bytes as f64 * (l.total - l.bytes) as f64)
+                    } else {
+                        String::new()
+                    };
+                    let id = l.id;
+                    view! {
+                        <div class="load">
+                            <span class="load-name">{l.name.clone()}</span>
+                            <progress max="100" value=format!("{pct:.1}")></progress>
+                            <span class="load-figures">
+                                {format!("{} / {} ({pct:.0}%) {left}", format_size(i128::from(l.bytes)), format_size(i128::from(l.total)))}
+                            </span>
+                            <button class="cancel" on:click=move |_| worker().cancel(id)>"Cancel"</button>
+                        </div>
+                    }
+                }
+            </For>
+        </div>
+    }
+}
+
+/// The error (until dismissed) and the notice.
+#[component]
+pub(crate) fn Banners() -> impl IntoView {
+    let m = expect_context::<Messages>();
+    view! {
+        <Show when=move || m.error.with(Option::is_some)>
+            <div id="error" role="alert">
+                <span class="error-text">{move || m.error.get().unwrap_or_default()}</span>
+                <button on:click=move |_| m.error.set(None)>"Dismiss"</button>
+            </div>
+        </Show>
+        <Show when=move || m.notice.with(Option::is_some)>
+            <div id="notice">{move || m.notice.get().unwrap_or_default()}</div>
+        </Show>
+    }
+}

@@ -1,0 +1,18 @@
+//! Figures as the page writes them.
+
+use snapshot::stats::format_size;
+
+/// `1.5 GiB (1610612736 bytes)`.
+pub(crate) fn bytes_text(b: u64) -> String {
+    format!("{} ({b} bytes)", format_size(i128::from(b)))
+}
+
+/// `b - a` with its sign: `+1.0 MiB`, `-512 B`.
+pub(crate) fn delta_text(a: u64, b: u64) -> String {
+    let d = i128::from(b) - i128::from(a);
+    if d > 0 {
+        format!("+{}", format_size(d))
+    } else {
+        format_size(d)
+    }
+}

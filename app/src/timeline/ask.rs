@@ -1,0 +1,170 @@
+//! Asking the worker for the timeline's and the minimap's pictures whenever the window,
+//! device, memory kind, pin, size or theme changes (the newest answer wins), and painting
+//! them.
+
+use engine::protocol::{DocId, Kind, PaletteVm, Request, Response, ViewQuery};
+use leptos::prelude::*;
+use leptos::task::spawn_local;
+
+use super::{plot_columns, plot_rows};
+use crate::client::worker;
+use crate::dom::{canvas_by_id, now, record};
+use crate::draw;
+use crate::state::{Allocator, Docs, Plot, Redraw, Selection};
+
+/// Everything a timeline view depends on: the file, device, kind, window (bits) and pinned
+/// element; the plot's columns, rows and redraw count; the theme's colours.
+#[derive(Clone, Copy, PartialEq)]
+struct ViewKey {
+    window: (DocId, u32, Kind, u64, u64, Option<u32>),
+    pixels: (u32, u32, u32),
+    palette: (u32, u32, u32),
+}
+
+/// The theme's colours for what the worker paints: summaries, search hits, the pin.
+fn palette() -> PaletteVm {
+    let th = draw::Theme::read();
+    let dflt = PaletteVm::default();
+    PaletteVm {
+        summarized: draw::rgb_of(&th.muted).unwrap_or(dflt.summarized),
+        hit: draw::rgb_of(&th.accent).unwrap_or(dflt.hit),
+        pinned: draw::rgb_of(&th.fg).unwrap_or(dflt.pinned),
+    }
+}
+
+/// The timeline's view model.
+pub(super) fn views() {
+    let (docs, plot, selection, redraw) =
+        (expect_context::<Docs>(), expect_context::<Plot>(), expect_context::<Selection>(), expect_context::<Redraw>());
+    let seq = StoredValue::new(0u32);
+    // The key whose request waited one frame for the plot to exist.
+    let deferred = StoredValue::new(None);
+    // What the last answer showed. A first view asks for "the whole trace" and learns its
+    // window from the answer; asking again for that window would only draw the same picture,
+    // while the first hover waited behind it.
+    let answered = StoredValue::new(None::<ViewKey>);
+    let view_key = Memo::new(move |_| {
+        let pinned = selection.pinned_element();
+        docs.tab().map(|t| (t.info.doc, t.device, t.kind, t.start.to_bits(), t.end.to_bits(), pinned))
+    });
+    Effect::new(move |_| {
+        let Some(key) = view_key.get() else { return };
+        let Some(t) = docs.tab_untracked() else { return };
+        let size = redraw.track();
+        // A tab that was just added may have no plot yet to measure: ask once it is laid out
+        // (next frame), instead of asking for a default size now and for the real one just
+        // after, while the first hover would wait behind the second.
+        if canvas_by_id("timeline").is_none() && deferred.get_value() != Some(key) {
+            deferred.set_value(Some(key));
+            request_animation_frame(move || redraw.bump());
+            return;
+        }
+        let palette = palette();
+        let (cols, rows) = (plot_columns(), plot_rows());
+        let asked = move |start: f64, end: f64| ViewKey {
+            window: (key.0, key.1, key.2, start.to_bits(), end.to_bits(), key.5),
+            pixels: (cols, rows, size),
+            palette: (palette.summarized, palette.hit, palette.pinned),
+        };
+        if answered.get_value() == Some(asked(t.start, t.end)) && plot.view.with_untracked(Option::is_some) {
+            return;
+        }
+        seq.update_value(|x| *x += 1);
+        let my = seq.get_value();
+        let q = ViewQuery {
+            doc: t.info.doc,
+            device: t.device,
+            kind: t.kind,
+            start: t.start,
+            end: t.end,
+            columns: cols,
+            rows,
+            totals_only: false,
+            pinned: key.5,
+            palette,
+        };
+        let sent = now();
+        spawn_local(async move {
+            let r = worker().ask(Request::View(q)).await;
+            if seq.get_value() != my {
+                return;
+            }
+            if let Response::View(v) = r {
+                answered.set_value(Some(asked(v.start, v.end)));
+                if t.end <= t.start || t.n_steps != v.n_steps {
+                    let (a, b, n) = (v.start, v.end, v.n_steps);
+                    docs.edit(|t| {
+                        t.n_steps = n;
+                        if t.end <= t.start || t.end > f64::from(n) {
+                            t.start = a;
+                            t.end = b;
+                        }
+                    });
+                }
+                // The frame is timed when this answer is drawn, not at a redraw of the old one.
+                plot.view_sent.set_value(sent);
+                plot.view.set(Some(v));
+            }
+        });
+    });
+}
+
+/// The minimap's: totals over the whole trace.
+pub(super) fn minimap() {
+    let (docs, plot, redraw) = (expect_context::<Docs>(), expect_context::<Plot>(), expect_context::<Redraw>());
+    let lane_key = Memo::new(move |_| docs.tab().map(|t| (t.info.doc, t.device, t.kind)));
+    Effect::new(move |_| {
+        let Some(key) = lane_key.get() else { return };
+        redraw.track();
+        let cols = plot_columns();
+        spawn_local(async move {
+            let q = ViewQuery {
+                doc: key.0,
+                device: key.1,
+                kind: key.2,
+                start: 0.0,
+                end: 0.0,
+                columns: cols,
+                rows: 1,
+                totals_only: true,
+                pinned: None,
+                palette: PaletteVm::default(),
+            };
+            if let Response::View(v) = worker().ask(Request::View(q)).await {
+                plot.overview.set(Some(v));
+            }
+        });
+    });
+}
+
+/// Draws both pictures, with the selected event's step marked; times the frame.
+pub(super) fn paint() {
+    let (docs, plot, allocator) = (expect_context::<Docs>(), expect_context::<Plot>(), expect_context::<Allocator>());
+    Effect::new(move |_| {
+        let t = docs.tab();
+        let event_step = allocator.state.with(|st| st.as_ref().and_then(|st| st.step));
+        let time_axis = plot.time_axis.get();
+        let th = draw::Theme::read();
+        plot.view.with(|v| {
+            let (Some(v), Some(t), Some(c)) = (v, t.as_ref(), canvas_by_id("timeline")) else { return };
+            let o = draw::Overlay { start: v.start, end: v.end, event_step, time_axis: time_axis && t.has_time() };
+            draw::timeline(&c, v, &o, &th);
+            let sent = plot.view_sent.get_value();
+            if sent > 0.0 {
+                plot.view_sent.set_value(0.0);
+                record("frame", now() - sent);
+            }
+            if let Some((doc, started)) = plot.first_draw.get_value() {
+                if doc == t.info.doc {
+                    plot.first_draw.set_value(None);
+                    record("first-draw", now() - started);
+                }
+            }
+        });
+        plot.overview.with(|v| {
+            let (Some(v), Some(c)) = (v, canvas_by_id("minimap")) else { return };
+            let (a, b) = t.as_ref().map_or((0.0, 0.0), |t| (t.start, t.end));
+            draw::minimap(&c, v, a, b, &th);
+        });
+    });
+}

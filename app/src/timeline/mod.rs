@@ -1,0 +1,43 @@
+//! The timeline view: its toolbar, the plot with its lanes (OOMs, annotations) and input
+//! handlers, the minimap below it. The pictures come from the worker as view models
+//! (`ask`), and `paint` draws them.
+
+mod ask;
+mod minimap;
+mod plot;
+mod toolbar;
+
+use leptos::prelude::*;
+
+use crate::dom::canvas_by_id;
+use crate::draw;
+use crate::state::Docs;
+
+/// The toolbar, the plot and the minimap.
+#[component]
+pub(crate) fn Timeline() -> impl IntoView {
+    let docs = expect_context::<Docs>();
+    ask::views();
+    ask::minimap();
+    ask::paint();
+    view! {
+        <toolbar::Toolbar/>
+        <Show when=move || docs.tab().is_some_and(|t| t.info.devices.is_empty())>
+            <div id="no-devices" class="empty">"Nothing was recorded in this file: no device has trace events or segments."</div>
+        </Show>
+        <div class="plot">
+            <plot::Plot/>
+            <minimap::Minimap/>
+        </div>
+    }
+}
+
+/// The plot's width in pixel columns (the canvas less its axes).
+fn plot_columns() -> u32 {
+    canvas_by_id("timeline").map_or(800, |c| (f64::from(c.client_width()) - draw::LEFT - draw::RIGHT).max(10.0) as u32)
+}
+
+/// The plot's height in pixel rows.
+fn plot_rows() -> u32 {
+    canvas_by_id("timeline").map_or(300, |c| (f64::from(c.client_height()) - draw::TOP - draw::BOTTOM) as u32)
+}

@@ -1,0 +1,139 @@
+//! The timeline canvas and its pointer: hover shows an allocation's details, a click pins
+//! it, a drag pans, the wheel zooms around the pointer (pans with shift or sideways).
+
+use engine::protocol::{Request, Response};
+use leptos::prelude::*;
+use leptos::task::spawn_local;
+
+use crate::client::worker;
+use crate::dom::{canvas_by_id, now, record};
+use crate::draw;
+use crate::state::{Docs, Plot as Shown, Selection, Window};
+
+/// Hit tests run in the worker, one at a time: a move while one is out is remembered and
+/// asked next, so the worker never queues stale positions.
+#[derive(Clone, Copy)]
+struct Hits {
+    busy: StoredValue<bool>,
+    next: StoredValue<Option<(f64, f64, bool)>>,
+    docs: Docs,
+    shown: Shown,
+    selection: Selection,
+}
+
+impl Hits {
+    /// What is at (x, y) of the canvas: hovered, or pinned when `pin`.
+    fn ask(self, x: f64, y: f64, pin: bool) {
+        if self.busy.get_value() && !pin {
+            self.next.set_value(Some((x, y, pin)));
+            return;
+        }
+        let Some(c) = canvas_by_id("timeline") else { return };
+        let Some(t) = self.docs.tab_untracked() else { return };
+        let (w, h) = (f64::from(c.client_width()), f64::from(c.client_height()));
+        let found = self.shown.view.with_untracked(|v| {
+            let v = v.as_ref()?;
+            let cols = v.columns.len().max(1) as f64;
+            let col = ((x - draw::LEFT) / ((w - draw::LEFT - draw::RIGHT) / cols)).floor();
+            let bytes =
+                (h - draw::BOTTOM - y) / (h - draw::TOP - draw::BOTTOM) * v.y_max.max(1) as f64 * engine::HEADROOM;
+            if col < 0.0 || col >= cols || bytes < 0.0 {
+                return None;
+            }
+            Some((v.columns[col as usize].step, bytes as u64))
+        });
+        let sel = self.selection;
+        let Some((step, bytes)) = found else {
+            if pin {
+                sel.pinned.set(None);
+            } else if sel.hover.with_untracked(Option::is_some) {
+                sel.hover.set(None);
+            }
+            return;
+        };
+        let rows = (h - draw::TOP - draw::BOTTOM) as u32;
+        self.busy.set_value(true);
+        spawn_local(async move {
+            let t0 = now();
+            let r =
+                worker().ask(Request::Hit { doc: t.info.doc, device: t.device, kind: t.kind, step, bytes, rows }).await;
+            self.busy.set_value(false);
+            if let Response::Hit(d) = r {
+                record("details", now() - t0);
+                if pin {
+                    sel.pinned.set(d);
+                } else if sel.hover.with_untracked(|h| h.as_ref().map(|x| x.element)) != d.as_ref().map(|x| x.element) {
+                    sel.hover.set(d);
+                }
+            }
+            if let Some((x, y, pin)) = self.next.get_value() {
+                self.next.set_value(None);
+                self.ask(x, y, pin);
+            }
+        });
+    }
+}
+
+/// The step under x (CSS pixels) of the timeline canvas.
+fn step_at(docs: Docs, x: f64) -> Option<f64> {
+    let c = canvas_by_id("timeline")?;
+    let w = f64::from(c.client_width()) - draw::LEFT - draw::RIGHT;
+    let t = docs.tab_untracked()?;
+    Some(t.start + (x - draw::LEFT) / w * (t.end - t.start))
+}
+
+#[component]
+pub(super) fn Plot() -> impl IntoView {
+    let (docs, shown, selection, window) = (
+        expect_context::<Docs>(),
+        expect_context::<Shown>(),
+        expect_context::<Selection>(),
+        expect_context::<Window>(),
+    );
+    let hits = Hits { busy: StoredValue::new(false), next: StoredValue::new(None), docs, shown, selection };
+    // Where a press began: x, the window then, and whether it has moved (a drag, not a click).
+    let drag = StoredValue::new(None::<(f64, f64, f64, bool)>);
+    let on_move = move |e: web_sys::MouseEvent| {
+        let (x, y) = (f64::from(e.offset_x()), f64::from(e.offset_y()));
+        if let Some((x0, a, b, moved)) = drag.get_value() {
+            if (x - x0).abs() > 3.0 || moved {
+                drag.set_value(Some((x0, a, b, true)));
+                let c = canvas_by_id("timeline");
+                let w = c.map_or(800.0, |c| f64::from(c.client_width())) - draw::LEFT - draw::RIGHT;
+                let dx = (x - x0) / w * (b - a);
+                let n = docs.tab_untracked().map_or(1.0, |t| f64::from(t.n_steps));
+                window.slide_to((a - dx).clamp(0.0, (n - (b - a)).max(0.0)), b - a);
+                return;
+            }
+        }
+        hits.ask(x, y, false);
+    };
+    let on_down = move |e: web_sys::MouseEvent| {
+        if let Some(t) = docs.tab_untracked() {
+            drag.set_value(Some((f64::from(e.offset_x()), t.start, t.end, false)));
+        }
+    };
+    let on_up = move |e: web_sys::MouseEvent| {
+        let moved = drag.get_value().is_some_and(|d| d.3);
+        drag.set_value(None);
+        if !moved {
+            hits.ask(f64::from(e.offset_x()), f64::from(e.offset_y()), true);
+        }
+    };
+    let on_wheel = move |e: web_sys::WheelEvent| {
+        e.prevent_default();
+        let anchor = step_at(docs, f64::from(e.offset_x()));
+        let dy = e.delta_y();
+        if e.shift_key() || e.delta_x().abs() > dy.abs() {
+            let d = if e.delta_x().abs() > dy.abs() { e.delta_x() } else { dy };
+            window.pan(window.width() * d / 1000.0);
+        } else {
+            window.zoom((dy / 300.0).exp().clamp(0.25, 4.0), anchor);
+        }
+    };
+    view! {
+        <canvas id="timeline" data-peak-step=move || shown.view.with(|v| v.as_ref().map(|v| v.peak_step.to_string()))
+            on:mousemove=on_move on:mousedown=on_down on:mouseup=on_up
+            on:mouseleave=move |_| { drag.set_value(None); selection.hover.set(None); } on:wheel=on_wheel></canvas>
+    }
+}

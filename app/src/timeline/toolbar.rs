@@ -1,0 +1,107 @@
+//! The timeline's toolbar: device, memory kind, x axis, *Jump to peak*, *Whole trace*, and
+//! the exports (a PNG of the plot, an offline page of the file), and the search.
+
+use engine::protocol::Kind;
+use leptos::prelude::*;
+use leptos::task::spawn_local;
+use wasm_bindgen::JsCast;
+
+use crate::client::worker;
+use crate::dom::canvas_by_id;
+use crate::search::SearchBar;
+use crate::state::{Docs, Messages, Nav, Plot, Window};
+
+#[component]
+pub(super) fn Toolbar() -> impl IntoView {
+    let (docs, nav, plot, window) =
+        (expect_context::<Docs>(), expect_context::<Nav>(), expect_context::<Plot>(), expect_context::<Window>());
+    let is_kind = move |k: Kind| docs.tab().is_some_and(|t| t.kind == k);
+    view! {
+        <div class="toolbar">
+            <label>"Device "
+                <select id="device" on:change=move |e| nav.device(event_target_value(&e).parse().unwrap_or(0))>
+                    <DeviceOptions/>
+                </select>
+            </label>
+            <label>"Memory "
+                <select id="kind" on:change=move |e| {
+                    nav.kind(if event_target_value(&e) == "segments" { Kind::Segments } else { Kind::Blocks });
+                }>
+                    <option value="blocks" selected=move || is_kind(Kind::Blocks)>"Allocated (active memory timeline)"</option>
+                    <option value="segments" selected=move || is_kind(Kind::Segments)>"Reserved (segments) vs allocated"</option>
+                </select>
+            </label>
+            <label>"X axis "
+                <select id="xaxis" on:change=move |e| plot.time_axis.set(event_target_value(&e) == "time")>
+                    <option value="events">"event index"</option>
+                    <option value="time" disabled=move || !docs.tab().is_some_and(|t| t.has_time())>"wall-clock time"</option>
+                </select>
+            </label>
+            <button id="peak" on:click=move |_| {
+                if let Some(v) = plot.view.get_untracked() {
+                    let p = f64::from(v.peak_step);
+                    let w = ((v.end - v.start) / 4.0).max(8.0);
+                    window.set(p - w / 2.0, p + w / 2.0);
+                }
+            }>"Jump to peak"</button>
+            <button id="whole" on:click=move |_| window.whole()>"Whole trace"</button>
+            <Exports/>
+            <span class="spacer"></span>
+            <SearchBar/>
+        </div>
+    }
+}
+
+/// One option per device of the file: its name (when the file says it) and event count.
+#[component]
+fn DeviceOptions() -> impl IntoView {
+    let docs = expect_context::<Docs>();
+    move || {
+        docs.tab().map(|t| {
+            t.info
+                .devices
+                .iter()
+                .map(|d| {
+                    let v = d.device.to_string();
+                    let sel = d.device == t.device;
+                    let gpu = t.info.summary.devices.iter().find(|s| s.device == u64::from(d.device)).and_then(|s| s.gpu.as_ref());
+                    let name = gpu.map(|g| format!(" {}", g.name)).unwrap_or_default();
+                    view! { <option value=v selected=sel>{format!("cuda:{}{name} ({} events)", d.device, d.entries)}</option> }
+                })
+                .collect_view()
+        })
+    }
+}
+
+/// *Export PNG* and *Save offline HTML*.
+#[component]
+fn Exports() -> impl IntoView {
+    let (docs, messages) = (expect_context::<Docs>(), expect_context::<Messages>());
+    let export_png = move |_| {
+        let Some(c) = canvas_by_id("timeline") else { return };
+        let Ok(url) = c.to_data_url() else { return };
+        let Some(doc) = web_sys::window().and_then(|w| w.document()) else { return };
+        if let Ok(a) = doc.create_element("a") {
+            let a: web_sys::HtmlAnchorElement = a.unchecked_into();
+            a.set_href(&url);
+            let name = docs.tab_untracked().map_or("memscape".into(), |t| t.info.name);
+            a.set_download(&format!("{name}.timeline.png"));
+            a.click();
+        }
+    };
+    let save_html = move |_| {
+        let Some(t) = docs.tab_untracked() else { return };
+        let Some(blob) = worker().blob(t.info.doc) else { return };
+        messages.status(format!("Making an offline page of {}…", t.info.name));
+        spawn_local(async move {
+            match crate::save::save(t.info.name.clone(), blob).await {
+                Ok(()) => messages.status(format!("Saved {}.html", t.info.name)),
+                Err(e) => messages.error(format!("{}: could not make the offline page: {e}", t.info.name)),
+            }
+        });
+    };
+    view! {
+        <button id="png" on:click=export_png>"Export PNG"</button>
+        <button id="save-html" title="One HTML file with the viewer and this snapshot; opens offline" on:click=save_html>"Save offline HTML"</button>
+    }
+}

@@ -1,0 +1,104 @@
+//! The URL's hash keeps the file, device, memory kind, window, event and pin: it follows
+//! the view, and a link's view comes back when its file is opened again.
+
+use engine::protocol::Kind;
+use leptos::prelude::*;
+use wasm_bindgen::JsValue;
+
+use crate::state::{Docs, Messages, Selection, Tab};
+
+/// The view a link saved, until its file is opened.
+#[derive(Clone, Copy)]
+pub(crate) struct Restore(RwSignal<Option<Vec<(String, String)>>>);
+
+impl Restore {
+    /// Reads the page's hash; tells the user to open the file again when it names one the
+    /// page does not open by itself (`bundled`).
+    pub(crate) fn read(bundled: &str, messages: Messages) -> Restore {
+        let hash = read_hash();
+        if let Some(f) = hash.as_ref().and_then(|h| h.iter().find(|(k, _)| k == "file").map(|(_, v)| v.clone())) {
+            if f != bundled {
+                messages.notice.set(Some(format!("Open {f} again to restore the view saved in this link.")));
+            }
+        }
+        Restore(RwSignal::new(hash))
+    }
+
+    /// Applies the saved view to a tab of the file it names (once); returns the element to
+    /// pin.
+    pub(crate) fn apply(self, tab: &mut Tab, messages: Messages) -> Option<u32> {
+        let h = self.0.get_untracked()?;
+        let get = |k: &str| h.iter().find(|(a, _)| a == k).map(|(_, v)| v.clone());
+        if get("file").as_deref() != Some(tab.info.name.as_str()) {
+            return None;
+        }
+        self.0.set(None);
+        if let Some(d) = get("device").and_then(|d| d.parse().ok()) {
+            if tab.info.devices.iter().any(|x| x.device == d) {
+                tab.device = d;
+            }
+        }
+        if get("kind").as_deref() == Some("segments") {
+            tab.kind = Kind::Segments;
+        }
+        if let (Some(a), Some(b)) = (get("start").and_then(|v| v.parse().ok()), get("end").and_then(|v| v.parse().ok()))
+        {
+            tab.start = a;
+            tab.end = b;
+        }
+        tab.event = get("event").and_then(|v| v.parse().ok());
+        messages.notice.set(None);
+        get("pin").and_then(|v| v.parse::<u32>().ok())
+    }
+}
+
+/// Keeps the hash equal to the view shown.
+pub(crate) fn follow(docs: Docs, selection: Selection) {
+    Effect::new(move |_| {
+        let Some(t) = docs.tab() else { return };
+        let mut pairs = vec![
+            ("file", t.info.name.clone()),
+            ("device", t.device.to_string()),
+            ("kind", if t.kind == Kind::Segments { "segments" } else { "blocks" }.to_string()),
+            ("start", format!("{:.2}", t.start)),
+            ("end", format!("{:.2}", t.end)),
+        ];
+        if let Some(e) = t.event {
+            pairs.push(("event", e.to_string()));
+        }
+        if let Some(p) = selection.pinned_element() {
+            pairs.push(("pin", p.to_string()));
+        }
+        write_hash(&pairs);
+    });
+}
+
+fn read_hash() -> Option<Vec<(String, String)>> {
+    let h = web_sys::window()?.location().hash().ok()?;
+    let h = h.trim_start_matches('#');
+    if h.is_empty() {
+        return None;
+    }
+    Some(
+        h.split('&')
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| {
+                let v = js_sys::decode_uri_component(v).ok().and_then(|v| v.as_string()).unwrap_or_default();
+                (k.to_string(), v)
+            })
+            .collect(),
+    )
+}
+
+fn write_hash(pairs: &[(&str, String)]) {
+    let h: Vec<String> =
+        pairs.iter().map(|(k, v)| format!("{k}={}", String::from(js_sys::encode_uri_component(v)))).collect();
+    let url = format!("#{}", h.join("&"));
+    if let Some(w) = web_sys::window() {
+        if w.location().hash().ok().as_deref() != Some(url.as_str()) {
+            if let Ok(hist) = w.history() {
+                let _ = hist.replace_state_with_url(&JsValue::NULL, "", Some(&url));
+            }
+        }
+    }
+}
