@@ -98,6 +98,10 @@ enum Command {
         /// End with an out-of-memory event.
         #[arg(long)]
         oom: bool,
+        /// End with an out-of-memory error caused by fragmentation (free bytes enough, no
+        /// free block large enough, the device full).
+        #[arg(long)]
+        fragmentation_oom: bool,
         /// Plant a leak: keep a tensor of this size every iteration (e.g. 8M).
         #[arg(long, value_parser = parse_size)]
         leak: Option<u64>,
@@ -357,7 +361,19 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let loaded = load(&file)?;
             write_offline(&assets, &file, &loaded, &output)
         }
-        Command::Synth { size, entries, devices, layers, seed, oom, leak, extra_activation, truth, output } => {
+        Command::Synth {
+            size,
+            entries,
+            devices,
+            layers,
+            seed,
+            oom,
+            fragmentation_oom,
+            leak,
+            extra_activation,
+            truth,
+            output,
+        } => {
             let mut opts = match (size, entries) {
                 (Some(b), _) => snapshot::synth::Options::for_bytes(b),
                 (None, Some(n)) => snapshot::synth::Options { target_entries: n, ..Default::default() },
@@ -367,6 +383,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             opts.layers = layers;
             opts.seed = seed;
             opts.oom = oom;
+            opts.fragmentation_oom = fragmentation_oom;
             opts.leak_bytes = leak.unwrap_or(0);
             opts.extra_activation_bytes = extra_activation.unwrap_or(0);
             let (snap, planted) = snapshot::synth::generate_with_truth(&opts);
