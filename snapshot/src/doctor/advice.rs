@@ -7,7 +7,7 @@ use crate::categories::{Category, Phase, N};
 use crate::model::PoolId;
 use crate::stats::format_size;
 
-use super::figures::{Layout, PoolKind, LARGE_BUFFER, ROUND_LARGE, SMALL_BUFFER};
+use super::figures::{sum, Layout, PoolKind, LARGE_BUFFER, ROUND_LARGE, SMALL_BUFFER};
 use super::settings::Settings;
 use super::verdict::Verdict;
 use super::whatif::{Change, WhatIf};
@@ -70,14 +70,14 @@ pub fn advise(c: &Context) -> Vec<Advice> {
     let mut out = Vec::new();
     let r = c.requested;
     let gaps: Vec<_> = c.layout.gaps_for(c.pool, c.stream).collect();
-    let pool_free: u64 = gaps.iter().map(|g| g.size).sum();
+    let pool_free = sum(gaps.iter().map(|g| g.size));
     // Expandable segments: one growing range per stream; whole pages of free blocks can be
     // unmapped and mapped again at its end, next to the device's free memory.
     // Only where memory was there: exhausted means even one perfect range could not hold it.
     if !c.settings.expandable() && c.verdict == Verdict::Fragmentation && c.pool.0 != PoolKind::Private {
         let page = if c.pool.0 == PoolKind::Small { SMALL_BUFFER } else { LARGE_BUFFER };
-        let pages: u64 = gaps.iter().map(|g| whole_pages(g.address, g.size, page)).sum();
-        let range = pages + c.device_free / page * page;
+        let pages = sum(gaps.iter().map(|g| whole_pages(g.address, g.size, page)));
+        let range = pages.saturating_add(c.device_free / page * page);
         // What the allocator can reach today: a cached block, or a new segment of the device's free bytes.
         let today = c.largest_fit.max(c.device_free / ROUND_LARGE * ROUND_LARGE);
         if range > today {
@@ -117,12 +117,11 @@ pub fn advise(c: &Context) -> Vec<Advice> {
             }
             segs += 1;
             tensors += small.len() as u32;
-            small_bytes += small.iter().map(|b| b.0).sum::<u64>();
-            let free: u64 = c.layout.gaps.iter().filter(|g| g.segment == k).map(|g| g.size).sum();
-            trapped += free;
+            small_bytes = small_bytes.saturating_add(sum(small.iter().map(|b| b.0)));
+            trapped = trapped.saturating_add(sum(c.layout.gaps.iter().filter(|g| g.segment == k).map(|g| g.size)));
             // Without its small tensors the segment's free space is one block.
-            let large: u64 = seg.blocks.iter().filter(|b| b.0 >= m).map(|b| b.0).sum();
-            biggest = biggest.max(seg.size - large);
+            let large = sum(seg.blocks.iter().filter(|b| b.0 >= m).map(|b| b.0));
+            biggest = biggest.max(seg.size.saturating_sub(large));
         }
         if segs > 0 && trapped > 0 {
             let fits = biggest >= r;
@@ -144,7 +143,7 @@ pub fn advise(c: &Context) -> Vec<Advice> {
     // Last step's gradients alive during the forward pass.
     let grads = c.categories[Category::Gradient.index()];
     if grads > 0 && !matches!(c.phase, Phase::Backward | Phase::Optimizer) {
-        let fits = c.free_anywhere + grads >= r;
+        let fits = c.free_anywhere.saturating_add(grads) >= r;
         out.push(Advice {
             setting: "zero_grad(set_to_none=True) before forward".into(),
             text: format!(
@@ -163,9 +162,9 @@ pub fn advise(c: &Context) -> Vec<Advice> {
         });
     }
     // Activations: point at the what-if.
-    let total: u64 = c.categories.iter().sum();
+    let total = sum(c.categories.iter().copied());
     let acts = c.categories[Category::Activation.index()];
-    if total > 0 && acts * 5 >= total {
+    if total > 0 && acts.saturating_mul(5) >= total {
         let ck = c.what_if.iter().find(|w| w.option == Change::Checkpointing && w.applies);
         let saving = ck.map_or(0, |w| w.baseline_peak_bytes.saturating_sub(w.predicted_peak_bytes));
         out.push(Advice {

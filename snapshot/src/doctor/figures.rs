@@ -28,6 +28,11 @@ pub const ROUND_LARGE: u64 = 2 << 20;
 /// Rounding of every block (`kMinBlockSize`).
 pub const MIN_BLOCK: u64 = 512;
 
+/// A sum that stops at `u64::MAX` (hostile files can hold sizes that overflow).
+pub fn sum(v: impl Iterator<Item = u64>) -> u64 {
+    v.fold(0, u64::saturating_add)
+}
+
 /// A block size as the allocator rounds a request (`round_size`, without
 /// `roundup_power2_divisions`).
 pub fn round_size(requested: u64) -> u64 {
@@ -219,7 +224,7 @@ fn push_gap(
 ) -> usize {
     if let Some((k, _, _)) = continues {
         if let Some(g) = gaps.get_mut(k) {
-            g.size += size;
+            g.size = g.size.saturating_add(size);
             return k;
         }
     }
@@ -264,22 +269,22 @@ impl Layout {
             pool_of.push(k);
             let p = &mut pools[k];
             p.segments += 1;
-            p.reserved_bytes += s.size;
+            p.reserved_bytes = p.reserved_bytes.saturating_add(s.size);
             p.expandable |= s.expandable;
         }
         for g in &self.gaps {
             let p = &mut pools[pool_of[g.segment]];
             p.free_blocks += 1;
-            p.free_bytes += g.size;
+            p.free_bytes = p.free_bytes.saturating_add(g.size);
             p.largest_free_block_bytes = p.largest_free_block_bytes.max(g.size);
         }
         pools.sort_by_key(|p| (p.stream, p.pool, p.private_pool));
         Figures {
-            reserved_bytes: self.segments.iter().map(|s| s.size).sum(),
+            reserved_bytes: sum(self.segments.iter().map(|s| s.size)),
             allocated_bytes: state.allocated_bytes,
-            live_block_bytes: self.segments.iter().flat_map(|s| &s.blocks).map(|b| b.0).sum(),
+            live_block_bytes: sum(self.segments.iter().flat_map(|s| &s.blocks).map(|b| b.0)),
             live_blocks: self.segments.iter().map(|s| s.blocks.len() as u32).sum(),
-            cached_free_bytes: self.gaps.iter().map(|g| g.size).sum(),
+            cached_free_bytes: sum(self.gaps.iter().map(|g| g.size)),
             free_blocks: self.gaps.len() as u32,
             largest_free_block_any_bytes: self.gaps.iter().map(|g| g.size).max().unwrap_or(0),
             pools,

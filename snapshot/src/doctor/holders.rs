@@ -28,7 +28,7 @@ pub fn top_sites(snap: &Snapshot, live: impl Iterator<Item = (Option<StackId>, u
     let mut by_stack: FxHashMap<Option<StackId>, (u64, u32)> = FxHashMap::default();
     for (stack, bytes) in live {
         let e = by_stack.entry(stack).or_default();
-        e.0 += bytes;
+        e.0 = e.0.saturating_add(bytes);
         e.1 += 1;
     }
     let mut by_site: FxHashMap<String, (u64, u32)> = FxHashMap::default();
@@ -40,7 +40,7 @@ pub fn top_sites(snap: &Snapshot, live: impl Iterator<Item = (Option<StackId>, u
             }
         };
         let e = by_site.entry(site).or_default();
-        e.0 += bytes;
+        e.0 = e.0.saturating_add(bytes);
         e.1 += count;
     }
     let mut v: Vec<Holder> = by_site.into_iter().map(|(site, (bytes, count))| Holder { site, bytes, count }).collect();
@@ -52,13 +52,13 @@ pub fn top_sites(snap: &Snapshot, live: impl Iterator<Item = (Option<StackId>, u
 /// Bytes per category once trace entry `entry` and everything before it happened (`None`:
 /// before the first entry, which the categories know only from the first step).
 pub fn categories_after(tl: &Timeline, cats: &Categories, entry: Option<usize>) -> [u64; N] {
-    let step = entry.map_or(0, |e| tl.step_of_entry(e as u32 + 1));
+    let step = entry.map_or(0, |e| tl.step_of_entry((e as u32).saturating_add(1)));
     cats.bytes_at(tl, step.saturating_sub(1))
 }
 
 /// The step whose state is the one after `entry` (the last alloc or free at or before it).
 pub fn step_after(tl: &Timeline, entry: Option<usize>) -> u32 {
-    entry.map_or(0, |e| tl.step_of_entry(e as u32 + 1)).saturating_sub(1)
+    entry.map_or(0, |e| tl.step_of_entry((e as u32).saturating_add(1))).saturating_sub(1)
 }
 
 /// The categories as a list, in [`Category::ALL`] order.

@@ -227,12 +227,14 @@ fn oom(
             .iter()
             .filter(|g| {
                 let s = &layout.segments[g.segment];
-                s.expandable && s.stream == stream && g.address + g.size == s.address + s.size
+                s.expandable
+                    && s.stream == stream
+                    && g.address.saturating_add(g.size) == s.address.saturating_add(s.size)
             })
             .map(|g| g.size)
             .max()
             .unwrap_or(0);
-        requested.saturating_sub(tail).div_ceil(figures::ROUND_LARGE) * figures::ROUND_LARGE
+        requested.saturating_sub(tail).div_ceil(figures::ROUND_LARGE).saturating_mul(figures::ROUND_LARGE)
     } else {
         figures::segment_size(requested)
     };
@@ -258,7 +260,7 @@ fn oom(
         stream,
         device_free: device_free.unwrap_or(0),
         largest_fit,
-        free_anywhere: fig.cached_free_bytes + device_free.unwrap_or(0),
+        free_anywhere: fig.cached_free_bytes.saturating_add(device_free.unwrap_or(0)),
         categories: cat_bytes,
         phase,
         what_if,
@@ -306,7 +308,7 @@ fn peak(
 ) -> Peak {
     let device = tl.device();
     let info = snap.device_info().into_iter().find(|d| d.device == device as i64 && d.total_bytes > 0);
-    let from_oom = ooms.iter().filter_map(|o| Some(o.reserved_bytes + o.device_free_bytes?)).max();
+    let from_oom = ooms.iter().filter_map(|o| Some(o.reserved_bytes.saturating_add(o.device_free_bytes?))).max();
     let (capacity, source) = match (info, from_oom) {
         (Some(d), _) => (Some(d.total_bytes), Some("memscape_devices".to_string())),
         (None, Some(c)) => (Some(c), Some("oom".to_string())),
@@ -321,7 +323,8 @@ fn peak(
         reserved_bytes: state.reserved_bytes,
         capacity_bytes: capacity,
         capacity_source: source,
-        headroom_bytes: capacity.map(|c| c as i64 - peak_bytes as i64),
+        headroom_bytes: capacity
+            .map(|c| (i128::from(c) - i128::from(peak_bytes)).clamp(i64::MIN.into(), i64::MAX.into()) as i64),
         categories: holders::category_list(&cats.at_peak),
         holders: live_holders(snap, state),
     }
@@ -347,7 +350,7 @@ fn at_end(snap: &Snapshot, settings: &Settings, state: &AllocatorState) -> AtEnd
                 s(f.cached_free_bytes)
             ),
         )
-    } else if share >= 0.1 && f.largest_free_block_any_bytes * 2 < f.cached_free_bytes {
+    } else if share >= 0.1 && f.largest_free_block_any_bytes.saturating_mul(2) < f.cached_free_bytes {
         (
             Some(Verdict::Fragmentation),
             format!(

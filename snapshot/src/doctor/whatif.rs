@@ -154,20 +154,20 @@ fn terms(snap: &Snapshot, tl: &Timeline, cats: &Categories) -> Terms {
                 if (e.start, id as u32) < (g.0 .0, g.0 .1) {
                     g.0 = (e.start, id as u32, e.size);
                 }
-                g.1 += e.size;
+                g.1 = g.1.saturating_add(e.size);
             }
             Category::Parameter => {
-                params += e.size;
+                params = params.saturating_add(e.size);
                 let n = e.size / 4;
-                adafactor += 2 * ((n as f64).sqrt().ceil() as u64) * 4;
-                adam8 += 2 * n + 2 * n.div_ceil(2048) * 4;
+                adafactor = adafactor.saturating_add(8 * ((n as f64).sqrt().ceil() as u64));
+                adam8 = adam8.saturating_add((2 * n).saturating_add(8 * n.div_ceil(2048)));
             }
             _ => {}
         }
     }
     let mut layer_max = 0;
     for &((_, first, first_bytes), total) in layers.values() {
-        layer_max = layer_max.max(total - first_bytes);
+        layer_max = layer_max.max(total.saturating_sub(first_bytes));
         class[first as usize].1 = true;
     }
     // Every activation but each layer's first is dropped.
@@ -209,7 +209,8 @@ pub fn what_if(snap: &Snapshot, tl: &Timeline, cats: &Categories, changes: &[Cha
     let ratios: Vec<f64> =
         changes.iter().map(|c| if let Change::Optimizer(o) = c { opt_ratio(*o) } else { 1.0 }).collect();
     let mut best: Vec<(f64, u32)> = vec![(-1.0, 0); changes.len()];
-    let mut baseline = (0u64, 0u32);
+    // The run's own peak (the sweep's highest total, or the state before the first step).
+    let mut baseline = (0u64, tl.peak_step());
     let mut bytes = [0u64; N];
     let mut dropped = 0u64;
     let mut k = 0;
@@ -222,9 +223,9 @@ pub fn what_if(snap: &Snapshot, tl: &Timeline, cats: &Categories, changes: &[Cha
             let (c, drop) = t.class[id as usize];
             let size = tl.elements()[id as usize].size;
             if start {
-                bytes[usize::from(c)] += size;
+                bytes[usize::from(c)] = bytes[usize::from(c)].saturating_add(size);
                 if drop {
-                    dropped += size;
+                    dropped = dropped.saturating_add(size);
                 }
             } else {
                 bytes[usize::from(c)] = bytes[usize::from(c)].saturating_sub(size);
@@ -235,11 +236,8 @@ pub fn what_if(snap: &Snapshot, tl: &Timeline, cats: &Categories, changes: &[Cha
             k += 1;
         }
         let phase = cats.phase(step);
-        let total: u64 = bytes.iter().sum();
+        let total = super::figures::sum(bytes.iter().copied());
         grads_in_forward |= bytes[idx(Category::Gradient)] > 0 && !matches!(phase, Phase::Backward | Phase::Optimizer);
-        if total > baseline.0 || step == 0 {
-            baseline = (total, step);
-        }
         let b = |c: Category| bytes[idx(c)] as f64;
         for (j, change) in changes.iter().enumerate() {
             let saving = match *change {
@@ -264,6 +262,7 @@ pub fn what_if(snap: &Snapshot, tl: &Timeline, cats: &Categories, changes: &[Cha
             }
         }
     }
+    baseline.0 = tl.peak_bytes();
     changes
         .iter()
         .zip(best)
@@ -330,8 +329,8 @@ fn explain(c: &Change, t: &Terms, grads_in_forward: bool) -> (String, Vec<Catego
         Change::Batch(k) => (
             format!("activations, inputs, and temporaries and autograd buffers alive during forward and backward scale with the batch (x {k}); parameters, gradients, optimizer state and optimizer intermediates do not"),
             vec![C::Activation, C::Input, C::Temporary, C::AutogradDetail],
-            t.activation_max + t.input_max > 0,
-            "the run has no activations or inputs",
+            (t.activation_max > 0 || t.input_max > 0) && k.is_finite() && *k >= 0.0,
+            "the run has no activations or inputs (or the factor is not a number of at least 0)",
         ),
     };
     if applies {
