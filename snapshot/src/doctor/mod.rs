@@ -29,7 +29,7 @@ pub use figures::{Figures, PoolFree, PoolKind};
 pub use holders::Holder;
 pub use settings::Settings;
 pub use verdict::Verdict;
-pub use whatif::{what_if, Change, Optimizer, WhatIf};
+pub use whatif::{what_if, Basis, Change, Optimizer, WhatIf};
 
 /// The doctor's findings on one out-of-memory error.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -112,8 +112,11 @@ pub struct WhatIf {
 /// and the bytes of all of them.
 type LayerActs = ((u32, u32, u64), u64);
 
-/// What the sweep needs of the run, found once.
-struct Terms {
+/// What the predictions need of a run, found once ([`Basis::new`]: O(n log n)); each
+/// [`Basis::predict`] is then one sweep, O(n × changes), so a viewer can move a slider
+/// (batch × k) without analysing the run again.
+#[derive(Clone, Debug)]
+pub struct Basis {
     /// (step, element id, start?) sorted by step.
     events: Vec<(u32, u32, bool)>,
     /// Per element: its category, and whether it is an activation checkpointing would drop.
@@ -131,7 +134,15 @@ struct Terms {
     adam8: u64,
 }
 
-fn terms(snap: &Snapshot, tl: &Timeline, cats: &Categories) -> Terms {
+impl Basis {
+    /// Finds what the predictions need in the run (`tl`: its blocks timeline, `cats`: its
+    /// categories).
+    pub fn new(snap: &Snapshot, tl: &Timeline, cats: &Categories) -> Basis {
+        basis(snap, tl, cats)
+    }
+}
+
+fn basis(snap: &Snapshot, tl: &Timeline, cats: &Categories) -> Basis {
     let els = tl.elements();
     let mut events = Vec::with_capacity(2 * els.len());
     let mut class = Vec::with_capacity(els.len());
@@ -175,7 +186,7 @@ fn terms(snap: &Snapshot, tl: &Timeline, cats: &Categories) -> Terms {
         c.1 = usize::from(c.0) == Category::Activation.index() && !c.1;
     }
     events.sort_unstable_by_key(|&(step, id, start)| (step, start, id));
-    Terms {
+    Basis {
         events,
         class,
         layer_max,
@@ -191,7 +202,17 @@ fn terms(snap: &Snapshot, tl: &Timeline, cats: &Categories) -> Terms {
 /// The peak under each of `changes`, predicted from the run's categories (`tl`: its blocks
 /// timeline, `cats`: its categories).
 pub fn what_if(snap: &Snapshot, tl: &Timeline, cats: &Categories, changes: &[Change]) -> Vec<WhatIf> {
-    let t = terms(snap, tl, cats);
+    Basis::new(snap, tl, cats).predict(tl, cats, changes)
+}
+
+impl Basis {
+    /// The peak under each of `changes` (`tl` and `cats`: those the basis was found in).
+    pub fn predict(&self, tl: &Timeline, cats: &Categories, changes: &[Change]) -> Vec<WhatIf> {
+        predict(self, tl, cats, changes)
+    }
+}
+
+fn predict(t: &Basis, tl: &Timeline, cats: &Categories, changes: &[Change]) -> Vec<WhatIf> {
     let n = tl.n_steps();
     let idx = |c: Category| c.index();
     let opt_ratio = |o: Optimizer| {
@@ -267,7 +288,7 @@ pub fn what_if(snap: &Snapshot, tl: &Timeline, cats: &Categories, changes: &[Cha
         .iter()
         .zip(best)
         .map(|(c, (v, step))| {
-            let (assumption, changed, applies) = explain(c, &t, grads_in_forward);
+            let (assumption, changed, applies) = explain(c, t, grads_in_forward);
             WhatIf {
                 change: c.describe(),
                 key: c.key(),
@@ -283,7 +304,7 @@ pub fn what_if(snap: &Snapshot, tl: &Timeline, cats: &Categories, changes: &[Cha
         .collect()
 }
 
-fn explain(c: &Change, t: &Terms, grads_in_forward: bool) -> (String, Vec<Category>, bool) {
+fn explain(c: &Change, t: &Basis, grads_in_forward: bool) -> (String, Vec<Category>, bool) {
     use Category as C;
     let size = |b: u64| crate::stats::format_size(i128::from(b));
     let (text, changed, applies, missing) = match c {

@@ -276,6 +276,9 @@ fn predict(opts: &Options, change: Change) -> doctor::WhatIf {
     let cats = categories::analyze(&snap, &tl, &Compiled::default());
     let w = doctor::what_if(&snap, &tl, &cats, &[change]).remove(0);
     assert_eq!(w.baseline_peak_bytes, tl.peak_bytes(), "the sweep's own peak is the timeline's");
+    // A basis found once answers any change alike (what a slider asks).
+    let basis = doctor::Basis::new(&snap, &tl, &cats);
+    assert_eq!(basis.predict(&tl, &cats, &[Change::Batch(3.0), change])[1], w);
     w
 }
 
@@ -445,4 +448,44 @@ fn every_corpus_file_and_mutated_files_get_a_consistent_report() {
         }
         assert!(read_ok > 20, "{name}: only {read_ok} mutations read");
     }
+}
+
+#[test]
+fn expandable_segments_free_space_runs_across_adjacent_mapped_ranges() {
+    use snapshot::doctor::{figures, Settings};
+    use snapshot::state::{AllocatorState, BlockView, SegmentState};
+    const MIB: u64 = 1 << 20;
+    let base = 0x7f00_0000_0000u64;
+    let range = |address: u64, size: u64, stream: i64, blocks: Vec<(u64, u64)>| SegmentState {
+        address,
+        size,
+        stream,
+        pool: None,
+        expandable: true,
+        blocks: blocks
+            .into_iter()
+            .map(|(address, size)| BlockView { address, size, requested_size: size, pending_free: false, stack: None })
+            .collect(),
+        internal_free_bytes: 0,
+        external_free_bytes: 0,
+    };
+    let state = AllocatorState {
+        segments: vec![
+            // 40 MiB mapped, a 10 MiB tensor at its start: 30 MiB free at its end ...
+            range(base, 40 * MIB, 0, vec![(base, 10 * MIB)]),
+            // ... running on into the next mapped range (8 MiB free before a tensor).
+            range(base + 40 * MIB, 20 * MIB, 0, vec![(base + 48 * MIB, 12 * MIB)]),
+            // Adjacent, but another stream: a free block of its own.
+            range(base + 60 * MIB, 20 * MIB, 1, vec![]),
+        ],
+        ..Default::default()
+    };
+    let layout = figures::layout(&state, &Settings::default());
+    let f = layout.figures(&state);
+    assert_eq!(f.free_blocks, 2);
+    assert_eq!(f.largest_free_block_any_bytes, 38 * MIB);
+    assert_eq!(f.cached_free_bytes, 58 * MIB);
+    let stream0 = f.pools.iter().find(|p| p.stream == 0).unwrap();
+    assert!(stream0.expandable);
+    assert_eq!((stream0.segments, stream0.free_blocks, stream0.largest_free_block_bytes), (2, 1, 38 * MIB));
 }
