@@ -708,6 +708,9 @@ fn run_training(
     let layers = opts.layers.max(1);
     let h = opts.hidden.max(64);
     let act_bytes = opts.tokens.max(1) * h * 2;
+    // Intermediates the size of an activation (forward temporaries, autograd's buffers): in
+    // bf16 too, when the activations are (the what-if predictions assume they do not change).
+    let act_temp = if opts.bf16_activations { act_bytes / 2 } else { act_bytes };
     // Planted allocations draw on their own randomness and do not count against the
     // target, so that a run with them differs from one without only by them.
     let mut planted_rng = Rng(opts.seed ^ 0x5eed_1ea4);
@@ -789,7 +792,7 @@ fn run_training(
                 let n = 1 + rng.below(3);
                 let mut tmp = Vec::new();
                 for _ in 0..n {
-                    let size = if rng.below(4) == 0 { act_bytes / 2 } else { 256 << rng.below(12) };
+                    let size = if rng.below(4) == 0 { act_temp / 2 } else { 256 << rng.below(12) };
                     if let Some(x) = a.malloc(size, site, Category::Temporary, rng) {
                         tmp.push(x);
                     }
@@ -831,12 +834,19 @@ fn run_training(
                     saved[l].push(x);
                 }
             }
+            if !dropped[l].is_empty() {
+                // Recomputing the layer makes its intermediates again (which the prediction of
+                // checkpointing does not count).
+                if let Some(t) = a.malloc(act_temp / 2, sites.temp[l * 3], Category::Temporary, rng) {
+                    a.free(t, false, rng);
+                }
+            }
             for &(_, bytes, pl) in params.iter().filter(|p| p.2 == l) {
                 if let Some(g) = a.malloc(bytes, sites.grad[pl], Category::Gradient, rng) {
                     grads.push(g);
                 }
             }
-            let tmp = a.malloc(act_bytes, sites.bwd_temp, Category::AutogradDetail, rng);
+            let tmp = a.malloc(act_temp, sites.bwd_temp, Category::AutogradDetail, rng);
             for x in saved[l].drain(..) {
                 a.free(x, false, rng);
             }
