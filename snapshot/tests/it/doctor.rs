@@ -489,3 +489,32 @@ fn expandable_segments_free_space_runs_across_adjacent_mapped_ranges() {
     assert!(stream0.expandable);
     assert_eq!((stream0.segments, stream0.free_blocks, stream0.largest_free_block_bytes), (2, 1, 38 * MIB));
 }
+
+#[test]
+fn the_verdict_follows_the_deciding_numbers() {
+    use snapshot::doctor::verdict::{decide, Inputs};
+    const MIB: u64 = 1 << 20;
+    let base = Inputs {
+        requested: 600 * MIB,
+        device_free: Some(100 * MIB),
+        live: 9000 * MIB,
+        reserved: 10_000 * MIB,
+        cached_free: 1000 * MIB,
+        largest_fit: 200 * MIB,
+        segment_needed: 600 * MIB,
+    };
+    // 1000 MiB free in the cache, 100 MiB on the device, no block of 600 MiB.
+    let (v, why) = decide(&base);
+    assert_eq!(v, Verdict::Fragmentation);
+    assert!(why.contains("1.1GiB was free") && why.contains("200.0MiB"), "{why}");
+    // Live + request over reserved + free.
+    let (v, why) = decide(&Inputs { requested: 1200 * MIB, segment_needed: 1200 * MIB, ..base });
+    assert_eq!(v, Verdict::Exhausted);
+    assert!(why.contains("by 100.0MiB"), "{why}");
+    // The device had room for the segment: something else refused.
+    assert_eq!(decide(&Inputs { device_free: Some(700 * MIB), ..base }).0, Verdict::OtherLimit);
+    // A block would have fit.
+    assert_eq!(decide(&Inputs { largest_fit: 600 * MIB, ..base }).0, Verdict::OtherLimit);
+    // Without device_free, only the cache counts.
+    assert_eq!(decide(&Inputs { device_free: None, requested: 1050 * MIB, ..base }).0, Verdict::Exhausted);
+}
