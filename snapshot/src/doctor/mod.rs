@@ -221,7 +221,7 @@ fn oom(
     let largest_fit = layout.gaps_for(pool, stream).map(|g| g.size).max().unwrap_or(0);
     let expandable = settings.expandable() || state.segments.iter().any(|s| s.expandable);
     let segment_needed = if expandable {
-        // The stream's range grows by pages from its free tail.
+        // The stream's range grows by whole pages from its free tail.
         let tail = layout
             .gaps
             .iter()
@@ -234,7 +234,9 @@ fn oom(
             .map(|g| g.size)
             .max()
             .unwrap_or(0);
-        requested.saturating_sub(tail).div_ceil(figures::ROUND_LARGE).saturating_mul(figures::ROUND_LARGE)
+        // Pages of 2 MiB in the small pool, 20 MiB in the large (PyTorch's `ExpandableSegment`).
+        let page = if pool.0 == PoolKind::Small { figures::SMALL_BUFFER } else { figures::LARGE_BUFFER };
+        requested.saturating_sub(tail).div_ceil(page).saturating_mul(page)
     } else {
         figures::segment_size(requested)
     };
