@@ -10,7 +10,8 @@
 //! allocation has a call site of its own (iterations times sites: the worst case for leak
 //! suspects); and a copy of the first whose `record_function` annotations never pair
 //! (STARTs without END and ENDs without START, one of each per 8 entries: the worst case for
-//! pairing them and for the spans' intervals).
+//! pairing them and for the spans' intervals). The doctor runs on a copy of the first with an
+//! out-of-memory error at every forward pass (errors grow with N).
 
 use std::cell::RefCell;
 use std::hint::black_box;
@@ -20,10 +21,10 @@ use anyhow::{bail, Context as _};
 use engine::protocol::{Align, Kind, PaletteVm, Profile, Query, Request, Response, SiteMode, ViewQuery};
 use engine::{Engine, Loading};
 use snapshot::categories::{self, Analysis, Categories, Compiled, Stage};
-use snapshot::diff;
 use snapshot::state::StateIndex;
 use snapshot::synth::{self, Options};
 use snapshot::timeline::{LodQuery, Timeline, TimelineKind};
+use snapshot::{diff, doctor};
 use snapshot::{search, stats, Annotation, Snapshot};
 
 /// Times under this (seconds) count as this in a ratio. Below it, a time on this shared
@@ -43,6 +44,11 @@ struct Input {
     open_spans: Snapshot,
     open_blocks: Timeline,
     blocks: Timeline,
+    /// The training loop with an `oom` event at every forward pass, laid out and analysed.
+    ooms: Snapshot,
+    oom_blocks: Timeline,
+    oom_cats: Categories,
+    oom_index: StateIndex,
     rules: Compiled,
     cats: Categories,
     index: StateIndex,
@@ -64,6 +70,10 @@ impl Input {
         let short_blocks = Timeline::build(&short, 0, TimelineKind::Blocks);
         let blocks = Timeline::build(&snap, 0, TimelineKind::Blocks);
         let rules = Compiled::default();
+        let ooms = synth::generate(&Options { oom_every_iteration: true, ..opts.clone() });
+        let oom_blocks = Timeline::build(&ooms, 0, TimelineKind::Blocks);
+        let oom_cats = categories::analyze(&ooms, &oom_blocks, &rules);
+        let oom_index = StateIndex::build(&ooms, 0);
         let cats = categories::analyze(&snap, &blocks, &rules);
         let index = StateIndex::build(&snap, 0);
         let profile = diff::profile(&snap, &blocks, &cats);
@@ -78,6 +88,10 @@ impl Input {
             open_spans,
             open_blocks,
             blocks,
+            ooms,
+            oom_blocks,
+            oom_cats,
+            oom_index,
             rules,
             cats,
             index,
@@ -343,6 +357,16 @@ fn checks() -> Vec<(String, Sample)> {
             find(i, Query::Address(format!("0x{:x}", i.blocks.elements()[i.blocks.elements().len() / 2].addr)))
         }),
     );
+    put(
+        "doctor (whole report), an OOM at every forward pass",
+        Box::new(|i| per_call(|| drop(black_box(doctor::diagnose(&i.ooms, &i.oom_blocks, &i.oom_cats, &i.oom_index))))),
+    );
+    put(
+        "doctor what-if (8 changes)",
+        Box::new(|i| {
+            per_call(|| drop(black_box(doctor::what_if(&i.snap, &i.blocks, &i.cats, &doctor::Change::DEFAULTS))))
+        }),
+    );
     put("stats summary", Box::new(|i| per_call(|| drop(black_box(stats::summary(&i.snap))))));
     put(
         "offline page assembly",
@@ -445,11 +469,12 @@ pub fn main(args: &[String]) -> anyhow::Result<()> {
     let large = Input::new(4 * n)?;
     let describe = |i: &Input| {
         format!(
-            "{} entries, {} steps, {} elements, {:.1} MB",
+            "{} entries, {} steps, {} elements, {:.1} MB ({} OOMs in the doctor's copy)",
             i.snap.trace(0).len(),
             i.blocks.n_steps(),
             i.blocks.elements().len(),
-            i.bytes.len() as f64 / 1e6
+            i.bytes.len() as f64 / 1e6,
+            doctor::oom_entries(&i.ooms, 0).len()
         )
     };
     println!("scaling check: N = {}; 4N = {}", describe(&small), describe(&large));

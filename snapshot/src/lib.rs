@@ -7,7 +7,8 @@
 //! - [`Snapshot`]: interned strings, a frame and a stack table, segments, and one columnar
 //!   [`Trace`] per device.
 //! - Analyses are plain functions over the model: [`timeline`], [`state`], [`stats`],
-//!   [`categories`] (what the memory is for) and [`diff`] (what changed between two runs).
+//!   [`categories`] (what the memory is for), [`diff`] (what changed between two runs) and
+//!   [`doctor`] (why it ran out of memory, and what-if budgets).
 //! - [`write`] produces a pickle that PyTorch's tools load; [`synth`] generates realistic
 //!   snapshots of any size.
 //!
@@ -32,6 +33,7 @@ pub mod categories;
 /// Fields of the diff's plain structs are named for what they hold (`a`, `b`, `bytes`).
 #[allow(missing_docs)]
 pub mod diff;
+pub mod doctor;
 pub mod frames;
 pub mod search;
 pub mod state;

@@ -158,7 +158,7 @@ pub struct StateIndex {
 }
 
 /// The allocator state at one point.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct AllocatorState {
     /// The entry this is the state after (`None`: before the first entry).
     pub after_entry: Option<u32>,
@@ -334,11 +334,50 @@ impl StateIndex {
                 live
             }
         };
-        view(live, entry.map(|i| i.min(self.n_entries.saturating_sub(1)) as u32))
+        view(&live, entry.map(|i| i.min(self.n_entries.saturating_sub(1)) as u32))
+    }
+
+    /// The states after each of `entries` (as [`StateIndex::state_after`] gives them), handed
+    /// to `f` with their position in `entries`. One backward replay per checkpoint interval
+    /// that holds some of them, whatever their number: O(the entries of those intervals +
+    /// the states handed out), where asking for each in turn would replay up to an interval
+    /// per state (many OOMs in one file would make that quadratic).
+    pub fn states_after_each(
+        &self,
+        snap: &Snapshot,
+        entries: &[Option<usize>],
+        mut f: impl FnMut(usize, AllocatorState),
+    ) {
+        let t = snap.trace(self.device);
+        let last = self.n_entries.checked_sub(1);
+        // (clamped entry, position), latest first; `None` (before the first entry) last.
+        let mut order: Vec<(Option<usize>, usize)> =
+            entries.iter().enumerate().map(|(k, e)| (e.and_then(|i| last.map(|l| i.min(l))), k)).collect();
+        order.sort_unstable_by(|a, b| b.cmp(a));
+        let mut live: Option<(usize, usize, Live)> = None; // (interval, state after this entry, state)
+        for (entry, k) in order {
+            let Some(i) = entry else {
+                f(k, view(&Live::restore(&self.initial), None));
+                continue;
+            };
+            let interval = i / self.every;
+            let (_, at, state) = match live.take() {
+                Some(l) if l.0 == interval => live.insert(l),
+                _ => {
+                    let cp_entry = ((interval + 1) * self.every).min(self.n_entries) - 1;
+                    live.insert((interval, cp_entry, Live::restore(&self.checkpoints[interval])))
+                }
+            };
+            for j in (i + 1..=*at).rev() {
+                state.undo(t, j);
+            }
+            *at = i;
+            f(k, view(state, Some(i as u32)));
+        }
     }
 }
 
-fn view(live: Live, after_entry: Option<u32>) -> AllocatorState {
+fn view(live: &Live, after_entry: Option<u32>) -> AllocatorState {
     let mut segments: Vec<SegmentState> = live
         .segs
         .iter()

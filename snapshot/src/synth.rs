@@ -46,6 +46,59 @@ pub struct Options {
     /// Plant an extra activation of this many bytes per iteration (0: none) at
     /// [`EXTRA_SITE`], alive from the start of the forward pass to the end of the step.
     pub extra_activation_bytes: u64,
+    /// End with an out-of-memory error caused by fragmentation: the cache holds more free
+    /// bytes than the request in blocks each too small for it, and the device is full.
+    pub fragmentation_oom: bool,
+    /// At the end of every forward pass, try an allocation of the whole device (an `oom`
+    /// event the program survives): many errors, each in a state made by the trace.
+    pub oom_every_iteration: bool,
+    /// Activation checkpointing per layer: a layer keeps only its first activation through the
+    /// forward pass and makes the others again in backward.
+    pub checkpointing: bool,
+    /// Activations in bf16: the activations a layer keeps are half the bytes.
+    pub bf16_activations: bool,
+    /// The optimizer, whose state is made at the first step.
+    pub optimizer: OptimizerKind,
+    /// `zero_grad` after the forward pass (as in a script that calls it just before
+    /// `backward`), so last step's gradients are alive during the forward pass.
+    pub zero_grad_after_forward: bool,
+}
+
+/// The optimizer of the simulated loop.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OptimizerKind {
+    /// Two fp32 moments per parameter.
+    #[default]
+    AdamW,
+    /// One fp32 momentum buffer per parameter.
+    SgdMomentum,
+    /// Two 1-byte moments per parameter and an fp32 scale per 2048 values of each.
+    Adam8bit,
+    /// A row and a column vector per matrix, the full second moment of a vector; no momentum.
+    Adafactor,
+}
+
+/// The simulated allocator's own figures just before an out-of-memory error.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OomTruth {
+    /// Trace entry of the `oom` event.
+    pub entry: usize,
+    /// Bytes it looked for (rounded).
+    pub requested_bytes: u64,
+    /// `device_free`.
+    pub device_free_bytes: u64,
+    /// Reserved bytes.
+    pub reserved_bytes: u64,
+    /// Requested bytes of allocated blocks (pending frees included).
+    pub allocated_bytes: u64,
+    /// Sizes of allocated blocks (pending frees included).
+    pub live_block_bytes: u64,
+    /// Bytes of free blocks.
+    pub cached_free_bytes: u64,
+    /// The largest free block of the large pool.
+    pub largest_free_large_bytes: u64,
+    /// The largest free block of the small pool.
+    pub largest_free_small_bytes: u64,
 }
 
 /// The call site of the planted leak, as `filename:line:name`.
@@ -62,6 +115,8 @@ pub struct Truth {
     pub at_peak: [u64; N],
     /// Complete training iterations of device 0.
     pub iterations: usize,
+    /// The allocator's figures before each out-of-memory error of device 0.
+    pub ooms: Vec<OomTruth>,
 }
 
 impl Default for Options {
@@ -77,6 +132,12 @@ impl Default for Options {
             oom: false,
             leak_bytes: 0,
             extra_activation_bytes: 0,
+            fragmentation_oom: false,
+            oom_every_iteration: false,
+            checkpointing: false,
+            bf16_activations: false,
+            optimizer: OptimizerKind::AdamW,
+            zero_grad_after_forward: false,
         }
     }
 }
@@ -155,6 +216,8 @@ struct Allocator {
     at_peak: [u64; N],
     /// Entries written for planted allocations (not counted against the target).
     planted: usize,
+    /// Its own figures before each out-of-memory error.
+    ooms: Vec<OomTruth>,
 }
 
 impl Allocator {
@@ -177,6 +240,7 @@ impl Allocator {
             peak: 0,
             at_peak: [0; N],
             planted: 0,
+            ooms: Vec::new(),
         }
     }
 
@@ -191,8 +255,26 @@ impl Allocator {
         e.frames = stack;
         if action == Action::Oom {
             e.device_free = Some(self.capacity - self.reserved);
+            let truth = self.figures(self.trace.len(), size, self.capacity - self.reserved);
+            self.ooms.push(truth);
         }
         self.trace.push(&e);
+    }
+
+    /// The allocator's own figures now.
+    fn figures(&self, entry: usize, requested: u64, device_free: u64) -> OomTruth {
+        let blocks = || self.segments.values().flat_map(|s| s.blocks.values());
+        OomTruth {
+            entry,
+            requested_bytes: requested,
+            device_free_bytes: device_free,
+            reserved_bytes: self.reserved,
+            allocated_bytes: blocks().filter(|b| b.allocated).map(|b| b.requested).sum(),
+            live_block_bytes: blocks().filter(|b| b.allocated).map(|b| b.size).sum(),
+            cached_free_bytes: blocks().filter(|b| !b.allocated).map(|b| b.size).sum(),
+            largest_free_large_bytes: self.free_large.iter().map(|f| f.0).max().unwrap_or(0),
+            largest_free_small_bytes: self.free_small.iter().map(|f| f.0).max().unwrap_or(0),
+        }
     }
 
     fn round(size: u64) -> u64 {
@@ -584,7 +666,7 @@ pub fn generate_with_truth(opts: &Options) -> (Snapshot, Truth) {
         let mut a = Allocator::new(d, opts.capacity_bytes, t0);
         let iterations = run_training(&mut a, opts, &sites, &names, per_device, &mut rng, &mut annotations);
         if d == 0 {
-            truth = Truth { peak_bytes: a.peak, at_peak: a.at_peak, iterations };
+            truth = Truth { peak_bytes: a.peak, at_peak: a.at_peak, iterations, ooms: a.ooms.clone() };
         }
         segments.extend(a.segments(sites.empty, seg_type));
         traces.push(a.trace);
@@ -626,6 +708,9 @@ fn run_training(
     let layers = opts.layers.max(1);
     let h = opts.hidden.max(64);
     let act_bytes = opts.tokens.max(1) * h * 2;
+    // Intermediates the size of an activation (forward temporaries, autograd's buffers): in
+    // bf16 too, when the activations are (the what-if predictions assume they do not change).
+    let act_temp = if opts.bf16_activations { act_bytes / 2 } else { act_bytes };
     // Planted allocations draw on their own randomness and do not count against the
     // target, so that a run with them differs from one without only by them.
     let mut planted_rng = Rng(opts.seed ^ 0x5eed_1ea4);
@@ -637,26 +722,44 @@ fn run_training(
     };
     // Parameters exist before recording starts, as in most real captures.
     let mut params = Vec::new();
+    let mut shapes = Vec::new();
     for l in 0..layers {
         for (rows, cols) in [(h, 3 * h), (h, h), (h, 4 * h), (4 * h, h), (1, h), (1, h)] {
             if let Some(p) = a.malloc(rows * cols * 4, sites.param[l], Category::Parameter, rng) {
                 params.push((p, rows * cols * 4, l));
+                shapes.push((rows, cols));
             }
         }
     }
+    // The optimizer's state tensors per parameter, in bytes.
+    let state_of = |(rows, cols): (u64, u64)| -> Vec<u64> {
+        let n = rows * cols;
+        match opts.optimizer {
+            OptimizerKind::AdamW => vec![n * 4, n * 4],
+            OptimizerKind::SgdMomentum => vec![n * 4],
+            OptimizerKind::Adam8bit => vec![n, n, n.div_ceil(2048) * 4, n.div_ceil(2048) * 4],
+            OptimizerKind::Adafactor if rows > 1 && cols > 1 => vec![rows * 4, cols * 4],
+            OptimizerKind::Adafactor => vec![n * 4],
+        }
+    };
     a.recording = true;
     let mut optim_state: Vec<u64> = Vec::new();
     let mut grads: Vec<u64> = Vec::new();
     let mut iteration = 0u64;
     let mut complete = 0;
-    while a.entries() < target {
-        iteration += 1;
+    let zero_grad = |a: &mut Allocator, grads: &mut Vec<u64>, rng: &mut Rng, annotations: &mut Vec<Annotation>| {
         annotate(annotations, names, true, names.zero_grad, a.device, a.time_us);
         a.context = Some(sites.in_zero_grad);
         for g in grads.drain(..) {
             a.free(g, false, rng);
         }
         annotate(annotations, names, false, names.zero_grad, a.device, a.time_us);
+    };
+    while a.entries() < target {
+        iteration += 1;
+        if !opts.zero_grad_after_forward {
+            zero_grad(a, &mut grads, rng, annotations);
+        }
         a.context = Some(sites.in_loop);
         let input = a.malloc(opts.tokens * 8, sites.input, Category::Input, rng);
         a.context = Some(sites.in_forward);
@@ -667,19 +770,29 @@ fn run_training(
         };
         // Forward: each layer keeps some activations for backward and frees temporaries.
         let mut saved: Vec<Vec<u64>> = Vec::new();
+        // With checkpointing: what each layer makes again in backward (site, bytes).
+        let mut dropped: Vec<Vec<(StackId, u64)>> = Vec::new();
         for l in 0..layers {
             let mut keep = Vec::new();
+            let mut again = Vec::new();
             for (k, &site) in sites.act[l * 3..l * 3 + 3].iter().enumerate() {
                 let jitter = rng.below(64) * 512 + rng.below(128) * 4;
-                if let Some(x) = a.malloc(act_bytes * (1 + k as u64 % 2) + jitter, site, Category::Activation, rng) {
+                let mut bytes = act_bytes * (1 + k as u64 % 2) + jitter;
+                if opts.bf16_activations {
+                    bytes /= 2;
+                }
+                if let Some(x) = a.malloc(bytes, site, Category::Activation, rng) {
                     keep.push(x);
+                    if k > 0 {
+                        again.push((site, bytes));
+                    }
                 }
             }
             for &site in &sites.temp[l * 3..l * 3 + 3] {
                 let n = 1 + rng.below(3);
                 let mut tmp = Vec::new();
                 for _ in 0..n {
-                    let size = if rng.below(4) == 0 { act_bytes / 2 } else { 256 << rng.below(12) };
+                    let size = if rng.below(4) == 0 { act_temp / 2 } else { 256 << rng.below(12) };
                     if let Some(x) = a.malloc(size, site, Category::Temporary, rng) {
                         tmp.push(x);
                     }
@@ -688,7 +801,16 @@ fn run_training(
                     a.free(x, false, rng);
                 }
             }
+            if opts.checkpointing {
+                // The layer's input stays; the rest goes until backward makes it again.
+                for x in keep.drain(1..) {
+                    a.free(x, false, rng);
+                }
+            } else {
+                again.clear();
+            }
             saved.push(keep);
+            dropped.push(again);
             if a.entries() >= target && iteration > 1 {
                 break;
             }
@@ -698,15 +820,33 @@ fn run_training(
             // `history.append(logits)`: kept by the program, never freed.
             planted(a, &mut |a, r| a.malloc(opts.leak_bytes, sites.leak, Category::Activation, r));
         }
+        if opts.oom_every_iteration {
+            a.malloc(opts.capacity_bytes, sites.act[0], Category::Activation, rng);
+        }
+        if opts.zero_grad_after_forward {
+            zero_grad(a, &mut grads, rng, annotations);
+        }
         // Backward: gradients appear, activations go.
         a.context = Some(sites.in_backward);
         for l in (0..saved.len()).rev() {
+            for &(site, bytes) in &dropped[l] {
+                if let Some(x) = a.malloc(bytes, site, Category::Activation, rng) {
+                    saved[l].push(x);
+                }
+            }
+            if !dropped[l].is_empty() {
+                // Recomputing the layer makes its intermediates again (which the prediction of
+                // checkpointing does not count).
+                if let Some(t) = a.malloc(act_temp / 2, sites.temp[l * 3], Category::Temporary, rng) {
+                    a.free(t, false, rng);
+                }
+            }
             for &(_, bytes, pl) in params.iter().filter(|p| p.2 == l) {
                 if let Some(g) = a.malloc(bytes, sites.grad[pl], Category::Gradient, rng) {
                     grads.push(g);
                 }
             }
-            let tmp = a.malloc(act_bytes, sites.bwd_temp, Category::AutogradDetail, rng);
+            let tmp = a.malloc(act_temp, sites.bwd_temp, Category::AutogradDetail, rng);
             for x in saved[l].drain(..) {
                 a.free(x, false, rng);
             }
@@ -726,8 +866,8 @@ fn run_training(
         annotate(annotations, names, true, names.step, a.device, a.time_us);
         a.context = Some(sites.in_step);
         if optim_state.is_empty() {
-            for &(_, bytes, _) in &params {
-                for _ in 0..2 {
+            for &shape in &shapes {
+                for bytes in state_of(shape) {
                     if let Some(s) = a.malloc(bytes, sites.optim_state, Category::OptimizerState, rng) {
                         optim_state.push(s);
                     }
@@ -757,7 +897,41 @@ fn run_training(
     if opts.oom {
         a.malloc(opts.capacity_bytes, sites.act[0], Category::Activation, rng);
     }
+    if opts.fragmentation_oom {
+        fragment(a, sites, rng);
+    }
     complete
+}
+
+/// Ends with an allocation that fails for fragmentation: a segment carved into equal pieces
+/// every other one of which is freed (free blocks each half the request, together more than
+/// it), then the device filled, then a request of two pieces.
+fn fragment(a: &mut Allocator, sites: &Sites, rng: &mut Rng) {
+    a.context = Some(sites.in_loop);
+    let largest = a.free_large.iter().map(|f| f.0).max().unwrap_or(0);
+    // Larger than any free block, so the pieces come from the new segment only.
+    let piece = (largest + 1).next_power_of_two().max(64 << 20);
+    a.release_cached(sites.in_loop, rng);
+    let room = a.capacity.saturating_sub(a.reserved);
+    let n = (room / piece).saturating_sub(2).min(8) & !1;
+    if n < 4 {
+        return;
+    }
+    if let Some(whole) = a.malloc(n * piece, sites.act[0], Category::Temporary, rng) {
+        a.free(whole, false, rng);
+    }
+    let pieces: Vec<u64> = (0..n).filter_map(|_| a.malloc(piece, sites.act[1], Category::Activation, rng)).collect();
+    for &p in pieces.iter().step_by(2) {
+        a.free(p, false, rng);
+    }
+    // Fill the device: what is left, in one segment of its own.
+    let fill = a.capacity.saturating_sub(a.reserved) / ROUND_LARGE * ROUND_LARGE;
+    let filler = if fill >= MIN_LARGE_ALLOC { a.malloc(fill, sites.act[2], Category::Activation, rng) } else { None };
+    a.malloc(2 * piece, sites.act[0], Category::Activation, rng);
+    // The program catches the error and lets go of the filler and the pieces.
+    for p in filler.into_iter().chain(pieces.iter().skip(1).step_by(2).copied()) {
+        a.free(p, false, rng);
+    }
 }
 
 fn allocator_settings() -> Value {

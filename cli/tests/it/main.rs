@@ -213,3 +213,77 @@ fn planted_truths_through_the_command_line() {
     assert!(err.contains("bad.json: rule 1"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `memscape doctor`: the corpus's out-of-memory file against PyTorch's own figures, planted
+/// errors of both kinds, `--json` equal to the core's report, `--device`.
+#[test]
+fn doctor_reads_verdicts_and_figures() {
+    let oom_file = testkit::dir().join("pt20-flexgen-opt-oom-history.pickle");
+    let out = memscape(&["doctor", "--json", oom_file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["ooms"], Value::Array(Vec::new()));
+    let end = &r["at_end"];
+    assert_eq!(end["verdict"], "exhausted", "{}", end["why"]);
+    // `_memory_viz.py stats` on the same file: reserved, and the free blocks' bytes.
+    let exp: Value = serde_json::from_slice(
+        &std::fs::read(testkit::dir().join("expected").join("pt20-flexgen-opt-oom-history.pickle.json")).unwrap(),
+    )
+    .unwrap();
+    eq("oom file", "reserved", &end["figures"]["reserved_bytes"], &exp["segsum"]["total_reserved"]);
+    eq("oom file", "cached free", &end["figures"]["cached_free_bytes"], &exp["segsum"]["free_external"]);
+    eq("oom file", "allocated", &end["figures"]["allocated_bytes"], &exp["segsum"]["total_allocated"]);
+    let text = String::from_utf8(memscape(&["doctor", oom_file.to_str().unwrap()]).stdout).unwrap();
+    assert!(text.contains("exhausted: the cache holds only 4.3MiB free"), "{text}");
+
+    let dir = std::env::temp_dir().join(format!("memscape-cli-doctor-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = |n: &str| dir.join(n).to_str().unwrap().to_string();
+    let made = memscape(&["synth", "--entries", "6000", "--fragmentation-oom", "--oom", "-o", &p("f.pickle")]);
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let out = memscape(&["doctor", "--json", &p("f.pickle")]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let verdicts: Vec<&str> = r["ooms"].as_array().unwrap().iter().map(|o| o["verdict"].as_str().unwrap()).collect();
+    assert_eq!(verdicts, ["exhausted", "fragmentation"]);
+    let frag = &r["ooms"][1];
+    for k in [
+        "device",
+        "entry",
+        "requested_bytes",
+        "device_free_bytes",
+        "reserved_bytes",
+        "allocated_bytes",
+        "cached_free_bytes",
+        "largest_free_block_bytes",
+        "verdict",
+        "holders",
+        "advice",
+    ] {
+        assert!(frag.get(k).is_some(), "{k}");
+    }
+    assert!(frag["holders"][0]["site"].is_string() && frag["holders"][0]["bytes"].is_u64());
+    assert!(frag["advice"][0]["setting"].is_string() && frag["advice"][0]["predicted_effect_bytes"].is_u64());
+    let u = |v: &Value| v.as_u64().unwrap();
+    assert!(u(&frag["cached_free_bytes"]) >= u(&frag["requested_bytes"]));
+    assert!(u(&frag["largest_free_block_bytes"]) < u(&frag["requested_bytes"]));
+    assert!(r["what_if"].as_array().unwrap().iter().all(|w| w["change"].is_string() && w["assumption"].is_string()));
+    // The command prints the core's report as it is.
+    let snap = snapshot::read(&std::fs::read(p("f.pickle")).unwrap()).unwrap().snapshot;
+    let core = snapshot::doctor::doctor(&snap, 0, &snapshot::categories::Compiled::default());
+    assert_eq!(r, serde_json::to_value(&core).unwrap());
+    let text = String::from_utf8(memscape(&["doctor", &p("f.pickle")]).stdout).unwrap();
+    assert!(text.contains("EXHAUSTED") && text.contains("FRAGMENTATION"), "{text}");
+    assert!(text.contains("advice [expandable_segments:True]"), "{text}");
+
+    // Two devices, each with its error: --device picks one.
+    let made = memscape(&["synth", "--entries", "6000", "--devices", "2", "--oom", "-o", &p("two.pickle")]);
+    assert!(made.status.success());
+    let r: Value =
+        serde_json::from_slice(&memscape(&["doctor", "--json", "--device", "1", &p("two.pickle")]).stdout).unwrap();
+    assert_eq!(r["device"], 1);
+    assert_eq!(r["ooms"][0]["device"], 1);
+    let text = String::from_utf8(memscape(&["doctor", &p("two.pickle")]).stdout).unwrap();
+    assert!(text.contains("other devices too: 1"), "{text}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -4,6 +4,7 @@
 mod bad_input;
 mod categories;
 mod corpus;
+mod doctor;
 mod python;
 
 /// A deterministic PRNG for chunk sizes and mutations.
