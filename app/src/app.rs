@@ -10,6 +10,7 @@ use crate::allocator::AllocatorPanel;
 use crate::categories::{CategoryView, Cats};
 use crate::compare::{Compare, CompareView};
 use crate::details::DetailsPanel;
+use crate::doctor::{Doctor, DoctorView, OomBanner};
 use crate::dom::files_of;
 use crate::events::EventList;
 use crate::keys::{self, Help, HelpBox};
@@ -36,7 +37,9 @@ pub(crate) fn App() -> impl IntoView {
     provide_context(shown);
     provide_context(rules);
     provide_context(help);
-    provide_context(Cats::new(docs, shown, rules, redraw));
+    let doctor = Doctor::new(docs, shown, rules, messages, redraw);
+    provide_context(doctor);
+    provide_context(Cats::new(docs, shown, rules, redraw, doctor));
     provide_context(Compare::new(docs, messages, redraw));
     url::follow(docs, selection);
     keys::listen(window, selection, help);
@@ -86,6 +89,10 @@ fn Views() -> impl IntoView {
     let shown = expect_context::<Shown>();
     view! {
         <ModeSwitch/>
+        <OomBanner/>
+        <Show when=move || shown.is(Mode::Doctor)>
+            <DoctorView/>
+        </Show>
         <Show when=move || shown.is(Mode::Categories)>
             <CategoryView/>
         </Show>

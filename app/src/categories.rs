@@ -1,12 +1,14 @@
 //! The categories view: what the memory is for, as stacked areas over the window (legend
 //! toggles), the breakdown at the peak and at a clicked step, the budget, training
-//! iterations, leak suspects, which rule decided what, and the user's rules.
+//! iterations, leak suspects, which rule decided what, and the user's rules. The doctor's
+//! ticked what-if predictions are drawn on the chart as dashed lines.
 
-use engine::protocol::{CategoriesVm, Category, Request, Response};
+use engine::protocol::{CategoriesVm, Category, DocId, Request, Response};
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 
 use crate::client::worker;
+use crate::doctor::Doctor;
 use crate::dom::canvas_by_id;
 use crate::draw;
 use crate::modes::{Mode, Shown};
@@ -24,8 +26,8 @@ pub(crate) struct Cats {
 
 impl Cats {
     /// Asks the worker again whenever the view is shown and the window, device, size, clicked
-    /// step or rules change; a clicked step belongs to its file and device.
-    pub(crate) fn new(docs: Docs, shown: Shown, rules: UserRules, redraw: Redraw) -> Cats {
+    /// step or rules change.
+    pub(crate) fn new(docs: Docs, shown: Shown, rules: UserRules, redraw: Redraw, doctor: Doctor) -> Cats {
         let c = Cats { cats: RwSignal::new(None), hidden: RwSignal::new([false; 8]), at: RwSignal::new(None) };
         let seq = StoredValue::new(0u32);
         let key = Memo::new(move |_| docs.tab().map(|t| (t.info.doc, t.device, t.start.to_bits(), t.end.to_bits())));
@@ -56,16 +58,22 @@ impl Cats {
         Effect::new(move |_| {
             let hidden = c.hidden.get();
             let at = c.at.get();
+            let lines = doctor.lines.get();
             c.cats.with(|v| {
                 if let (Some(v), Some(canvas)) = (v, canvas_by_id("categories")) {
-                    draw::categories(&canvas, v, &hidden, at, &draw::Theme::read());
+                    draw::categories(&canvas, v, &hidden, at, &lines, &draw::Theme::read());
                 }
             });
         });
+        // A clicked step and the answer belong to their file and device.
         let place = Memo::new(move |_| docs.tab().map(|t| (t.info.doc, t.device)));
-        Effect::new(move |_| {
-            place.track();
+        Effect::new(move |prev: Option<Option<(DocId, u32)>>| {
+            let now = place.get();
             c.at.set(None);
+            if prev.is_some_and(|p| p != now) {
+                c.cats.set(None);
+            }
+            now
         });
         c
     }

@@ -6,7 +6,7 @@
 //! Layers, each importing only those above it: `client`, `dom`, `text`, `draw`, `save`;
 //! `state` (a struct of signals per concern, provided as context); `url`, `open`, `keys`,
 //! `modes`, `rules`; the views (`tabs`, `search`, `timeline`, `details`, `stats`, `events`,
-//! `allocator`, `categories`, `compare`; one may embed another's component, as the toolbar
+//! `allocator`, `categories`, `compare`, `doctor`; one may embed another's component, as the toolbar
 //! does the search bar, never its signals); `app`, which makes the state and lays the views
 //! out. No two modules import each other.
 
@@ -16,6 +16,7 @@ mod categories;
 mod client;
 mod compare;
 mod details;
+mod doctor;
 mod dom;
 mod draw;
 mod events;

@@ -1,4 +1,4 @@
-//! Which view the main area shows (timeline, categories, comparison) and the switch.
+//! Which view the main area shows (timeline, categories, comparison, doctor) and the switch.
 
 use leptos::prelude::*;
 
@@ -10,6 +10,7 @@ pub(crate) enum Mode {
     Timeline,
     Categories,
     Compare,
+    Doctor,
 }
 
 /// The view shown.
@@ -46,6 +47,7 @@ pub(crate) fn ModeSwitch() -> impl IntoView {
             {button(Mode::Timeline, "mode-timeline", "Timeline")}
             {button(Mode::Categories, "mode-categories", "Categories")}
             {button(Mode::Compare, "mode-compare", "Compare files")}
+            {button(Mode::Doctor, "mode-doctor", "Doctor")}
         </nav>
     }
 }

@@ -58,7 +58,8 @@ impl Loading {
 
 struct Lane {
     timeline: Timeline,
-    ooms: Vec<u32>,
+    /// Out-of-memory events: (step, trace entry).
+    ooms: Vec<(u32, u32)>,
     spans: Vec<SpanVm>,
     /// Search hits: a flag per element and their count.
     hits: Option<(Vec<bool>, u32)>,
@@ -71,7 +72,7 @@ impl Lane {
         let trace = snap.trace(device as usize);
         let ooms = (0..trace.len())
             .filter(|&i| trace.action(i) == Action::Oom)
-            .map(|i| timeline.step_of_entry(i as u32))
+            .map(|i| (timeline.step_of_entry(i as u32), i as u32))
             .collect();
         let spans = spans(snap, &timeline, device);
         Lane { timeline, ooms, spans, hits: None }
@@ -157,6 +158,7 @@ impl Engine {
             .map(|d| DeviceInfo {
                 device: d as u32,
                 entries: snap.trace(d).len() as u64,
+                ooms: snapshot::doctor::oom_entries(&snap, d).len() as u64,
                 segments: segments.get(&(d as i64)).map_or(0, |s| s.0 as u64),
                 has_time: snap.trace(d).has_time(),
             })
@@ -284,6 +286,7 @@ impl Engine {
                 Response::Categories(Box::new(doc.categories_vm(device, start, end, columns, at)))
             }
             Request::Profile { device, .. } => Response::Profile(Box::new(doc.profile(device))),
+            Request::Doctor { device, .. } => Response::Doctor(Box::new(doc.doctor(device))),
             Request::Diff { device, a, align, sites_by, .. } => {
                 let b = doc.profile(device);
                 Response::Diff(Box::new(snapshot::diff::diff(&a, &b, align, sites_by)))
@@ -441,6 +444,15 @@ impl Doc {
         snapshot::diff::profile(&self.snap, tl, &self.cats[&device].0)
     }
 
+    /// The doctor's report: needs the device's categories and allocator-state checkpoints
+    /// (finished now if the background has not).
+    fn doctor(&mut self, device: u32) -> snapshot::doctor::Report {
+        self.categories(device);
+        self.state_index(device);
+        let tl = &self.lanes[&(device, Kind::Blocks)].timeline;
+        snapshot::doctor::diagnose(&self.snap, tl, &self.cats[&device].0, &self.states[&device])
+    }
+
     fn lane(&mut self, device: u32, kind: Kind) -> &mut Lane {
         let snap = &self.snap;
         self.lanes
@@ -514,6 +526,9 @@ impl Doc {
             let searching = lane.hits.is_some();
             raster::raster(&bands, &columns, q.rows, y_max as f64 * HEADROOM, searching, q.pinned, &pal).rgba
         };
+        // Only what the window shows: the page draws nothing else of them.
+        let shown_ooms: Vec<(u32, u32)> =
+            lane.ooms.iter().copied().filter(|&(o, _)| f64::from(o) + 1.0 >= start && f64::from(o) <= end).collect();
         ViewModel {
             n_steps: tl.n_steps(),
             start,
@@ -524,8 +539,8 @@ impl Doc {
             columns,
             bands,
             pixels,
-            // Only what the window shows: the page draws nothing else of them.
-            ooms: lane.ooms.iter().copied().filter(|&o| f64::from(o) + 1.0 >= start && f64::from(o) <= end).collect(),
+            ooms: shown_ooms.iter().map(|o| o.0).collect(),
+            oom_entries: shown_ooms.iter().map(|o| o.1).collect(),
             spans: lane.spans.iter().filter(|sp| sp.end >= start && sp.start <= end).cloned().collect(),
             hits: lane.hits.as_ref().map_or(0, |(_, n)| *n),
         }

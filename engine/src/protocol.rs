@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 pub use snapshot::categories::{Category, Report, Rule, Rules, Target};
 pub use snapshot::diff::{Align, Diff, Profile, SiteMode};
+pub use snapshot::doctor::Report as DoctorReport;
 pub use snapshot::search::Query;
 pub use snapshot::stats::Summary;
 pub use snapshot::timeline::TimelineKind as Kind;
@@ -37,6 +38,9 @@ pub enum Request {
     Categories { doc: DocId, device: u32, start: f64, end: f64, columns: u32, at: Option<u32> },
     /// The file reduced for a diff.
     Profile { doc: DocId, device: u32 },
+    /// The doctor's report of a device: every OOM (figures, verdict, holders, advice), the
+    /// peak's headroom, what-if budgets.
+    Doctor { doc: DocId, device: u32 },
     /// This file (B) against another's profile (A).
     Diff { doc: DocId, device: u32, a: Box<Profile>, align: Align, sites_by: SiteMode },
 }
@@ -56,6 +60,7 @@ impl Request {
             | Request::Rules { doc, .. }
             | Request::Categories { doc, .. }
             | Request::Profile { doc, .. }
+            | Request::Doctor { doc, .. }
             | Request::Diff { doc, .. } => *doc,
         }
     }
@@ -72,6 +77,7 @@ pub enum Response {
     Search(SearchResult),
     Categories(Box<CategoriesVm>),
     Profile(Box<Profile>),
+    Doctor(Box<DoctorReport>),
     Diff(Box<Diff>),
     Done,
     Error(String),
@@ -150,6 +156,8 @@ pub struct DocInfo {
 pub struct DeviceInfo {
     pub device: u32,
     pub entries: u64,
+    /// Out-of-memory events in its trace.
+    pub ooms: u64,
     pub segments: u64,
     pub has_time: bool,
 }
@@ -211,6 +219,8 @@ pub struct ViewModel {
     pub pixels: Vec<u8>,
     /// Steps of out-of-memory events.
     pub ooms: Vec<u32>,
+    /// Their trace entries (what the doctor names them by).
+    pub oom_entries: Vec<u32>,
     /// `record_function` spans from `external_annotations`.
     pub spans: Vec<SpanVm>,
     /// Search matches in the whole timeline.

@@ -5,12 +5,14 @@ use web_sys::HtmlCanvasElement;
 use super::*;
 
 /// Bytes by category over time as stacked areas (one bar per pixel column), hidden
-/// categories left out; the peak and the selected step marked.
+/// categories left out; the peak and the selected step marked; `lines` (a label and bytes
+/// each: the doctor's predicted peaks) dashed across the plot, the axis stretched to show them.
 pub fn categories(
     canvas: &HtmlCanvasElement,
     vm: &engine::protocol::CategoriesVm,
     hidden: &[bool; 8],
     selected: Option<u32>,
+    lines: &[(String, u64)],
     th: &Theme,
 ) {
     let Some((ctx, w, h)) = prepare(canvas) else { return };
@@ -18,9 +20,10 @@ pub fn categories(
     ctx.fill_rect(0.0, 0.0, w, h);
     let bottom = h - BOTTOM;
     let plot_h = bottom - CHART_TOP;
-    let y_max = vm.report.peak_bytes.max(1) as f64 * engine::HEADROOM;
+    let top = lines.iter().map(|l| l.1).fold(vm.report.peak_bytes, u64::max);
+    let y_max = top.max(1) as f64 * engine::HEADROOM;
     let y = |b: f64| bottom - b / y_max * plot_h;
-    y_grid(&ctx, w, vm.report.peak_bytes, y_max, &y, th);
+    y_grid(&ctx, w, top, y_max, &y, th);
     let cw = (w - LEFT - RIGHT) / vm.columns.len().max(1) as f64;
     for (c, (step, bytes)) in vm.columns.iter().enumerate() {
         if *step == u32::MAX {
@@ -44,6 +47,21 @@ pub fn categories(
     }
     if let Some(s) = selected {
         vline(&ctx, x_of(f64::from(s)), CHART_TOP, bottom, &th.fg);
+    }
+    ctx.set_text_align("right");
+    for (label, bytes) in lines {
+        let yy = y(*bytes as f64).round() + 0.5;
+        let _ = ctx.set_line_dash(&js_sys::Array::of2(&6.0.into(), &4.0.into()));
+        ctx.set_stroke_style_str(&th.fg);
+        ctx.begin_path();
+        ctx.move_to(LEFT, yy);
+        ctx.line_to(w - RIGHT, yy);
+        ctx.stroke();
+        let _ = ctx.set_line_dash(&js_sys::Array::new());
+        ctx.set_fill_style_str(&th.fg);
+        // Above the line, or below it where the plot's top would cut the text.
+        let ty = if yy - 4.0 < CHART_TOP + 10.0 { yy + 13.0 } else { yy - 4.0 };
+        let _ = ctx.fill_text(&format!("{label}: {}", format_size(i128::from(*bytes))), w - RIGHT - 4.0, ty);
     }
     x_labels(&ctx, w, bottom, vm.start, vm.end, th, &|s| format!("{}", s as u64));
 }

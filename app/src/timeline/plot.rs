@@ -1,11 +1,13 @@
 //! The timeline canvas and its pointer: hover shows an allocation's details, a click pins
-//! it, a drag pans, the wheel zooms around the pointer (pans with shift or sideways).
+//! it, a drag pans, the wheel zooms around the pointer (pans with shift or sideways), and a
+//! click on an OOM's mark in the top lane opens the doctor at that OOM.
 
 use engine::protocol::{Request, Response};
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 
 use crate::client::worker;
+use crate::doctor::Doctor;
 use crate::dom::{canvas_by_id, now, record};
 use crate::draw;
 use crate::state::{Docs, Plot as Shown, Selection, Window};
@@ -82,6 +84,18 @@ fn step_at(docs: Docs, x: f64) -> Option<f64> {
     Some(t.start + (x - draw::LEFT) / w * (t.end - t.start))
 }
 
+/// The trace entry of the OOM whose mark (in the top lane) is nearest x, within 6 pixels.
+fn oom_at(shown: Shown, x: f64) -> Option<u32> {
+    let c = canvas_by_id("timeline")?;
+    let w = f64::from(c.client_width()) - draw::LEFT - draw::RIGHT;
+    shown.view.with_untracked(|v| {
+        let v = v.as_ref()?;
+        let x_of = |s: u32| draw::LEFT + (f64::from(s) + 0.5 - v.start) / (v.end - v.start).max(1e-9) * w;
+        let near = v.ooms.iter().zip(&v.oom_entries).map(|(&s, &e)| (e, (x_of(s) - x).abs())).filter(|p| p.1 <= 6.0);
+        near.min_by(|a, b| a.1.total_cmp(&b.1)).map(|p| p.0)
+    })
+}
+
 #[component]
 pub(super) fn Plot() -> impl IntoView {
     let (docs, shown, selection, window) = (
@@ -90,6 +104,7 @@ pub(super) fn Plot() -> impl IntoView {
         expect_context::<Selection>(),
         expect_context::<Window>(),
     );
+    let doctor = expect_context::<Doctor>();
     let hits = Hits { busy: StoredValue::new(false), next: StoredValue::new(None), docs, shown, selection };
     // Where a press began: x, the window then, and whether it has moved (a drag, not a click).
     let drag = StoredValue::new(None::<(f64, f64, f64, bool)>);
@@ -116,9 +131,17 @@ pub(super) fn Plot() -> impl IntoView {
     let on_up = move |e: web_sys::MouseEvent| {
         let moved = drag.get_value().is_some_and(|d| d.3);
         drag.set_value(None);
-        if !moved {
-            hits.ask(f64::from(e.offset_x()), f64::from(e.offset_y()), true);
+        if moved {
+            return;
         }
+        let (x, y) = (f64::from(e.offset_x()), f64::from(e.offset_y()));
+        if y <= draw::LANE {
+            if let Some(entry) = oom_at(shown, x) {
+                doctor.open(Some(entry));
+            }
+            return;
+        }
+        hits.ask(x, y, true);
     };
     let on_wheel = move |e: web_sys::WheelEvent| {
         e.prevent_default();

@@ -513,3 +513,30 @@ fn rules_changed_while_the_categories_are_half_done_start_them_again() {
     assert!(!d.frames.is_empty());
     assert_eq!(d.class.map(|c| c.0), Some(Category::Input));
 }
+
+/// The doctor's report as the viewer asks for it (after the background began, and before)
+/// is the core's report; the load says how many OOMs each device has.
+#[test]
+fn the_doctor_answers_with_the_cores_report_and_the_load_counts_ooms() {
+    use snapshot::synth::{generate, Options};
+    let opts = Options { target_entries: 6_000, oom: true, fragmentation_oom: true, seed: 5, ..Default::default() };
+    let bytes = snapshot::write::to_pickle_bytes(&generate(&opts));
+    let snap = snapshot::read(&bytes).unwrap().snapshot;
+    let core = snapshot::doctor::doctor(&snap, 0, &snapshot::categories::Compiled::default());
+    assert_eq!(core.ooms.len(), 2, "the planted errors");
+    for background in [0, 3, 1 << 20] {
+        let mut e = Engine::new();
+        let info = open(&mut e, "oom.pickle", &bytes, 1 << 16).unwrap();
+        assert_eq!(info.devices[0].ooms, 2);
+        view(&mut e, info.doc, 0, Kind::Blocks, 0.0, 0.0, 400);
+        e.work(background);
+        match e.handle(Request::Doctor { doc: info.doc, device: 0 }) {
+            Response::Doctor(r) => assert_eq!(*r, core, "after {background} units of background work"),
+            other => panic!("{other:?}"),
+        }
+    }
+    // A file without OOM events says so at load.
+    let mut e = Engine::new();
+    let info = open(&mut e, "ex.pickle", &testkit::example("cs336-fullstep.pickle"), 1 << 20).unwrap();
+    assert!(info.devices.iter().all(|d| d.ooms == 0));
+}

@@ -1,0 +1,283 @@
+//! The doctor: why a device ran out of memory. For each OOM the figures just before it,
+//! the verdict (exhausted, fragmentation, other limit) and why, who holds the memory, and
+//! advice with its predicted effect; without an OOM the headroom at the peak. What-if
+//! budgets predict the peak under other setups; a ticked one is drawn as a line on the
+//! category chart. A banner offers the doctor whenever the device shown has an OOM, and a
+//! click on an OOM's mark in the timeline opens it there.
+
+use engine::protocol::{DocId, DoctorReport as Report, Request, Response};
+use leptos::prelude::*;
+use leptos::task::spawn_local;
+use snapshot::categories::Phase;
+use snapshot::doctor::{Advice, Holder, Oom};
+
+use crate::client::worker;
+use crate::modes::{Mode, Shown};
+use crate::rules::UserRules;
+use crate::state::{Docs, Messages, Redraw};
+use crate::text::bytes_text;
+
+/// The report of the device shown, the OOM chosen, and the what-if lines ticked.
+#[derive(Clone, Copy)]
+pub(crate) struct Doctor {
+    report: RwSignal<Option<((DocId, u32), Report)>>,
+    chosen: RwSignal<usize>,
+    /// An OOM asked for by its trace entry (a click on the timeline's lane), until the report
+    /// is in.
+    wanted: RwSignal<Option<u32>>,
+    /// Predicted peaks to draw on the category chart: (change, bytes).
+    pub(crate) lines: RwSignal<Vec<(String, u64)>>,
+    shown: Shown,
+    redraw: Redraw,
+    docs: Docs,
+}
+
+impl Doctor {
+    /// Asks for the report whenever the doctor is shown and the file, device or rules change.
+    pub(crate) fn new(docs: Docs, shown: Shown, rules: UserRules, messages: Messages, redraw: Redraw) -> Doctor {
+        let d = Doctor {
+            report: RwSignal::new(None),
+            chosen: RwSignal::new(0),
+            wanted: RwSignal::new(None),
+            lines: RwSignal::new(Vec::new()),
+            shown,
+            redraw,
+            docs,
+        };
+        let place = Memo::new(move |_| docs.tab().map(|t| (t.info.doc, t.device)));
+        Effect::new(move |prev: Option<Option<(DocId, u32)>>| {
+            let now = place.get();
+            if prev.is_some_and(|p| p != now) {
+                d.chosen.set(0);
+                d.lines.set(Vec::new());
+            }
+            now
+        });
+        Effect::new(move |_| {
+            if !shown.is(Mode::Doctor) {
+                return;
+            }
+            let Some((doc, device)) = place.get() else { return };
+            rules.track();
+            spawn_local(async move {
+                match worker().ask(Request::Doctor { doc, device }).await {
+                    Response::Doctor(r) => {
+                        if let Some(entry) = d.wanted.get_untracked() {
+                            d.wanted.set(None);
+                            d.chosen.set(r.ooms.iter().position(|o| o.entry == entry).unwrap_or(0));
+                        }
+                        d.report.set(Some(((doc, device), *r)));
+                    }
+                    Response::Error(e) => messages.error(format!("doctor: {e}")),
+                    _ => {}
+                }
+            });
+        });
+        d
+    }
+
+    /// Shows the doctor, at the OOM of trace entry `entry` when given.
+    pub(crate) fn open(self, entry: Option<u32>) {
+        if let Some(entry) = entry {
+            let place = self.docs.tab_untracked().map(|t| (t.info.doc, t.device));
+            let known = self.report.with_untracked(|r| {
+                let r = r.as_ref().filter(|r| Some(r.0) == place)?;
+                r.1.ooms.iter().position(|o| o.entry == entry)
+            });
+            match known {
+                Some(k) => self.chosen.set(k),
+                None => self.wanted.set(Some(entry)),
+            }
+        }
+        self.shown.show(Mode::Doctor, self.redraw);
+    }
+}
+
+/// "cuda:N ran out of memory": shown over every view but the doctor's.
+#[component]
+pub(crate) fn OomBanner() -> impl IntoView {
+    let (docs, shown, doctor) = (expect_context::<Docs>(), expect_context::<Shown>(), expect_context::<Doctor>());
+    let ooms = move || {
+        docs.tab().and_then(|t| t.info.devices.iter().find(|d| d.device == t.device).map(|d| (d.device, d.ooms)))
+    };
+    view! {
+        <Show when=move || !shown.is(Mode::Doctor) && ooms().is_some_and(|(_, n)| n > 0)>
+            <div id="oom-banner" role="status">
+                {move || ooms().map(|(dev, n)| format!("cuda:{dev} ran out of memory {}.", if n == 1 { "once".to_string() } else { format!("{n} times") }))}
+                " "<button id="open-doctor" on:click=move |_| doctor.open(None)>"Why? Open the doctor"</button>
+            </div>
+        </Show>
+    }
+}
+
+#[component]
+pub(crate) fn DoctorView() -> impl IntoView {
+    let (docs, d) = (expect_context::<Docs>(), expect_context::<Doctor>());
+    let report = move || {
+        let place = docs.tab().map(|t| (t.info.doc, t.device));
+        d.report.with(|r| r.as_ref().filter(|r| Some(r.0) == place).map(|r| r.1.clone()))
+    };
+    view! {
+        <div id="doctor-view">
+            {move || match report() {
+                None => view! { <p class="hint" id="doctor-wait">"Replaying the allocator…"</p> }.into_any(),
+                Some(r) if r.ooms.is_empty() => view! { <PeakPanel r=r.clone()/><WhatIfTable r=r/> }.into_any(),
+                Some(r) => view! { <OomChooser r=r.clone()/><OomPanel r=r.clone()/><WhatIfTable r=r/> }.into_any(),
+            }}
+        </div>
+    }
+}
+
+/// A button per OOM of the device (when it has more than one).
+#[component]
+fn OomChooser(r: Report) -> impl IntoView {
+    let d = expect_context::<Doctor>();
+    (r.ooms.len() > 1).then(|| {
+        view! {
+            <nav id="oom-list">
+                {r.ooms.iter().enumerate().map(|(k, o)| view! {
+                    <button class="oom-pick" class:active=move || d.chosen.get() == k data-entry=o.entry.to_string()
+                        on:click=move |_| d.chosen.set(k)>{format!("OOM {} (event {})", k + 1, o.entry)}</button>
+                }).collect_view()}
+            </nav>
+        }
+    })
+}
+
+fn phase_text(p: Phase) -> &'static str {
+    match p {
+        Phase::Forward => "in a forward pass",
+        Phase::Backward => "in the backward pass",
+        Phase::ZeroGrad => "in zero_grad",
+        Phase::Optimizer => "in the optimizer step",
+        Phase::Other => "outside forward, backward and the optimizer",
+    }
+}
+
+fn figure(key: &'static str, label: &'static str, v: Option<u64>) -> impl IntoView {
+    view! {
+        <tr data-key=key data-value=v.map_or("null".to_string(), |v| v.to_string())>
+            <th>{label}</th><td>{v.map_or("not recorded".to_string(), bytes_text)}</td>
+        </tr>
+    }
+}
+
+/// The chosen OOM: verdict, figures, holders, advice.
+#[component]
+fn OomPanel(r: Report) -> impl IntoView {
+    let d = expect_context::<Doctor>();
+    move || {
+        let o: Oom = r.ooms.get(d.chosen.get()).or(r.ooms.first())?.clone();
+        Some(view! {
+            <section id="oom" data-entry=o.entry.to_string() data-step=o.step.to_string()>
+                <h2>{format!("Out of memory on cuda:{} at event {}, {}", o.device, o.entry, phase_text(o.phase))}</h2>
+                <p id="verdict" data-verdict=o.verdict.key()><strong>{o.verdict.label()}</strong>": "{o.why.clone()}</p>
+                <div class="panels">
+                    <section>
+                        <h2>"Just before it"</h2>
+                        <table class="kv" id="oom-figures">
+                            {figure("requested_bytes", "requested", Some(o.requested_bytes))}
+                            {figure("device_free_bytes", "free on the device", o.device_free_bytes)}
+                            {figure("reserved_bytes", "reserved", Some(o.reserved_bytes))}
+                            {figure("allocated_bytes", "allocated", Some(o.allocated_bytes))}
+                            {figure("cached_free_bytes", "free in the cache", Some(o.cached_free_bytes))}
+                            {figure("largest_free_block_bytes", "largest free block that could serve it", Some(o.largest_free_block_bytes))}
+                            {figure("segment_bytes_needed", "segment it needed", Some(o.segment_bytes_needed))}
+                        </table>
+                    </section>
+                    <Holders holders=o.holders.clone()/>
+                </div>
+                <AdviceList advice=o.advice.clone()/>
+            </section>
+        })
+    }
+}
+
+#[component]
+fn Holders(holders: Vec<Holder>) -> impl IntoView {
+    view! {
+        <section id="holders">
+            <h2>"Who holds the memory"</h2>
+            <table class="list">
+                <tr><th>"call site"</th><th>"bytes"</th><th>"blocks"</th></tr>
+                {holders.into_iter().map(|h| view! {
+                    <tr class="holder" data-site=h.site.clone() data-bytes=h.bytes.to_string()>
+                        <td>{h.site.clone()}</td><td>{bytes_text(h.bytes)}</td><td>{h.count}</td>
+                    </tr>
+                }).collect_view()}
+            </table>
+        </section>
+    }
+}
+
+#[component]
+fn AdviceList(advice: Vec<Advice>) -> impl IntoView {
+    view! {
+        <section id="advice">
+            <h2>"What would help"</h2>
+            {if advice.is_empty() { Some(view! { <p class="hint">"No setting is predicted to help; see what-if below."</p> }) } else { None }}
+            <ul>
+                {advice.into_iter().map(|a| view! {
+                    <li class="advice" data-setting=a.setting.clone() data-effect=a.predicted_effect_bytes.to_string()>
+                        <code>{a.setting.clone()}</code>": "{a.text}
+                    </li>
+                }).collect_view()}
+            </ul>
+        </section>
+    }
+}
+
+/// Without an OOM: the peak and the room left at it, and the final state's reading.
+#[component]
+fn PeakPanel(r: Report) -> impl IntoView {
+    let p = r.peak;
+    view! {
+        <section id="peak-health" data-peak=p.peak_bytes.to_string()>
+            <h2>{format!("No out-of-memory error on cuda:{}", p.device)}</h2>
+            <p id="headroom" data-headroom=p.headroom_bytes.map_or("null".to_string(), |h| h.to_string())>
+                {match (p.capacity_bytes, p.headroom_bytes) {
+                    (Some(c), Some(h)) => format!("Peak {} of {} ({}): {} {}.", bytes_text(p.peak_bytes), bytes_text(c),
+                        p.capacity_source.clone().unwrap_or_default(), bytes_text(h.unsigned_abs()), if h >= 0 { "to spare" } else { "over" }),
+                    _ => format!("Peak {} at step {}; the file does not say the device's memory, so the headroom is unknown.", bytes_text(p.peak_bytes), p.step),
+                }}
+            </p>
+            {r.at_end.map(|e| view! {
+                <p id="at-end" data-verdict=e.verdict.map_or("none", |v| v.key())>{format!("At the end of the trace: {} ({})", e.why, e.assumption)}</p>
+            })}
+            <Holders holders=p.holders/>
+        </section>
+    }
+}
+
+/// Predicted peaks under other setups; a ticked row is drawn on the category chart.
+#[component]
+fn WhatIfTable(r: Report) -> impl IntoView {
+    let d = expect_context::<Doctor>();
+    view! {
+        <section id="what-if">
+            <h2>"What if"</h2>
+            <p class="hint">"Predicted peaks of the same run under other setups, from its categories. Tick one to draw it on the category chart."</p>
+            <table class="list">
+                <tr><th></th><th>"change"</th><th>"predicted peak"</th><th>"assumption"</th></tr>
+                {r.what_if.into_iter().map(|w| {
+                    let (change, bytes) = (w.change.clone(), w.predicted_peak_bytes);
+                    let key = change.clone();
+                    view! {
+                        <tr class="what-if" data-key=w.key.clone() data-peak=bytes.to_string() data-applies=w.applies.to_string()>
+                            <td><input type="checkbox" class="what-if-line"
+                                prop:checked=move || d.lines.with(|l| l.iter().any(|x| x.0 == key))
+                                on:change=move |e| {
+                                    let on = event_target_checked(&e);
+                                    let c = change.clone();
+                                    d.lines.update(|l| { l.retain(|x| x.0 != c); if on { l.push((c, bytes)); } });
+                                }/></td>
+                            <td>{w.change}</td>
+                            <td>{format!("{} ({})", bytes_text(bytes), crate::text::delta_text(w.baseline_peak_bytes, bytes))}</td>
+                            <td>{w.assumption}</td>
+                        </tr>
+                    }
+                }).collect_view()}
+            </table>
+        </section>
+    }
+}

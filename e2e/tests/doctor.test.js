@@ -1,0 +1,184 @@
+// The doctor, driven like a user: a generated run with two planted out-of-memory errors (an
+// exhaustion and a fragmentation) opens with a banner that leads to the doctor, whose figures,
+// verdicts, holders, advice and what-if rows must equal `memscape doctor --json` on the same
+// file; a click on an OOM's mark in the timeline opens the doctor at that OOM; a ticked
+// what-if prediction is drawn on the category chart. The bundled example (no OOM) shows its
+// peak instead.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync, mkdirSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { join } from 'node:path';
+import { tmpdir } from 'node:os';
+import { serve, browser, ROOT } from '../harness.js';
+
+const SHOTS = join(ROOT, 'e2e', 'screenshots');
+const MEMSCAPE = join(ROOT, 'target', 'debug', 'memscape');
+const EXAMPLE = 'cs336-fullstep.pickle';
+const TMP = join(tmpdir(), 'memscape-doctor');
+const FILE = join(TMP, 'two-ooms.pickle');
+let srv, ctx, page, report;
+const requests = [];
+const consoleErrors = [];
+
+function doctorJson(path) {
+  return JSON.parse(execFileSync(MEMSCAPE, ['doctor', '--json', path], { stdio: ['ignore', 'pipe', 'pipe'] }).toString());
+}
+
+async function settle() {
+  await page.waitForTimeout(150);
+  await page.evaluate(() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r))));
+}
+
+/** The share of the plot's width painted near-black on the row where a line at the top of the
+ * category chart's axis (its highest value, `y_max / 1.04`) is drawn: geometry of draw/charts.rs. */
+function darkTopRow() {
+  return page.evaluate(() => {
+    const c = document.getElementById('categories');
+    const dpr = c.width / c.clientWidth;
+    const bottom = c.clientHeight - 24, plotH = bottom - 10;
+    const row = Math.round((bottom - plotH / 1.04) * dpr);
+    const d = c.getContext('2d').getImageData(0, row, c.width, 1).data;
+    const [x0, x1] = [Math.ceil(76 * dpr), Math.floor(c.width - 14 * dpr)];
+    let dark = 0;
+    for (let x = x0; x < x1; x++) if (d[4 * x] + d[4 * x + 1] + d[4 * x + 2] < 200) dark++;
+    return dark / (x1 - x0);
+  });
+}
+
+async function pixels(id) {
+  return page.evaluate(id => {
+    const c = document.getElementById(id);
+    const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+    let h = 2166136261;
+    for (let i = 0; i < d.length; i += 4) h = Math.imul(h ^ (d[i] | d[i + 1] << 8 | d[i + 2] << 16 | d[i + 3] << 24), 16777619) >>> 0;
+    return h;
+  }, id);
+}
+
+/** What the doctor shows of the OOM on screen, in `memscape doctor --json`'s names. */
+function shownOom() {
+  return page.evaluate(() => {
+    const num = v => (v === 'null' ? null : Number(v));
+    const figures = Object.fromEntries([...document.querySelectorAll('#oom-figures tr')].map(tr => [tr.dataset.key, num(tr.dataset.value)]));
+    return {
+      entry: Number(document.querySelector('#oom').dataset.entry),
+      verdict: document.querySelector('#verdict').dataset.verdict,
+      figures,
+      holders: [...document.querySelectorAll('#holders tr.holder')].map(tr => ({ site: tr.dataset.site, bytes: Number(tr.dataset.bytes) })),
+      advice: [...document.querySelectorAll('#advice li.advice')].map(li => ({ setting: li.dataset.setting, effect: Number(li.dataset.effect) })),
+      whatIf: [...document.querySelectorAll('#what-if tr.what-if')].map(tr => ({ key: tr.dataset.key, peak: Number(tr.dataset.peak) })),
+    };
+  });
+}
+
+function assertSame(shown, oom, what) {
+  assert.equal(shown.entry, oom.entry, `${what}: entry`);
+  assert.equal(shown.verdict, oom.verdict, `${what}: verdict`);
+  for (const k of ['requested_bytes', 'device_free_bytes', 'reserved_bytes', 'allocated_bytes', 'cached_free_bytes',
+    'largest_free_block_bytes', 'segment_bytes_needed']) {
+    assert.equal(shown.figures[k], oom[k], `${what}: ${k}`);
+  }
+  assert.deepEqual(shown.holders, oom.holders.map(h => ({ site: h.site, bytes: h.bytes })), `${what}: holders`);
+  assert.deepEqual(shown.advice, oom.advice.map(a => ({ setting: a.setting, effect: a.predicted_effect_bytes })), `${what}: advice`);
+  assert.deepEqual(shown.whatIf, report.what_if.map(w => ({ key: w.key, peak: w.predicted_peak_bytes })), `${what}: what-if`);
+}
+
+before(async () => {
+  mkdirSync(TMP, { recursive: true });
+  execFileSync(MEMSCAPE, ['synth', '--entries', '6000', '--fragmentation-oom', '--oom', '--seed', '7', '-o', FILE], { stdio: 'pipe' });
+  report = doctorJson(FILE);
+  assert.deepEqual(report.ooms.map(o => o.verdict), ['exhausted', 'fragmentation'], 'the planted errors');
+  srv = await serve();
+  ctx = await browser();
+  ctx.on('request', r => requests.push(r.url()));
+  page = await ctx.newPage();
+  page.on('pageerror', e => { throw e; });
+  page.on('console', m => { if (m.type() === 'error') consoleErrors.push(m.text()); });
+  await page.goto(srv.url);
+  await page.waitForFunction(n => document.querySelector('.tab.active .tab-name')?.textContent === n, EXAMPLE, { timeout: 60000 });
+});
+
+after(async () => {
+  await ctx?.close();
+  await srv?.close();
+});
+
+test('a file without an OOM: no banner, and the doctor shows its peak', async () => {
+  await settle();
+  assert.equal(await page.locator('#oom-banner').count(), 0);
+  await page.click('#mode-doctor');
+  await page.waitForSelector('#peak-health', { timeout: 30000 });
+  const example = doctorJson(join(ROOT, 'examples', EXAMPLE));
+  assert.equal(Number(await page.locator('#peak-health').getAttribute('data-peak')), example.peak.peak_bytes);
+  assert.match(await page.locator('#headroom').textContent(), /headroom is unknown/);
+  const sites = await page.locator('#peak-health tr.holder').evaluateAll(trs => trs.map(tr => [tr.dataset.site, Number(tr.dataset.bytes)]));
+  assert.deepEqual(sites, example.peak.holders.map(h => [h.site, h.bytes]));
+  await page.click('#mode-timeline');
+});
+
+test('a file with OOMs: the banner opens the doctor, whose figures equal memscape doctor --json', async () => {
+  await page.setInputFiles('#file-input', FILE);
+  await page.waitForFunction(() => document.querySelector('.tab.active .tab-name')?.textContent === 'two-ooms.pickle', null, { timeout: 60000 });
+  await page.waitForSelector('#oom-banner');
+  assert.match(await page.locator('#oom-banner').textContent(), /cuda:0 ran out of memory 2 times/);
+  await page.click('#open-doctor');
+  await page.waitForSelector('#verdict', { timeout: 30000 });
+  assert.equal(await page.locator('#oom-banner').count(), 0, 'no banner over the doctor');
+  assertSame(await shownOom(), report.ooms[0], 'first OOM');
+  assert.match(await page.locator('#verdict').textContent(), /exhausted/i);
+  await page.click('.oom-pick:nth-child(2)');
+  await page.waitForFunction(e => document.querySelector('#oom')?.dataset.entry === String(e), report.ooms[1].entry);
+  assertSame(await shownOom(), report.ooms[1], 'second OOM');
+  assert.ok(report.ooms[1].advice.some(a => a.setting.startsWith('expandable_segments')), 'the fragmentation advice');
+  await page.screenshot({ path: join(SHOTS, '13-doctor.png'), fullPage: true });
+});
+
+test('a click on an OOM mark in the timeline opens the doctor at that OOM', async () => {
+  await page.click('#mode-timeline');
+  await page.click('#whole');
+  await settle();
+  const hash = new URLSearchParams((await page.evaluate(() => location.hash)).slice(1));
+  const [start, end] = [Number(hash.get('start')), Number(hash.get('end'))];
+  const box = await page.locator('#timeline').boundingBox();
+  for (const k of [0, 1]) {
+    const x = 76 + (report.ooms[k].step + 0.5 - start) / (end - start) * (box.width - 76 - 14);
+    await page.mouse.click(box.x + x, box.y + 6);
+    await page.waitForFunction(e => document.querySelector('#oom')?.dataset.entry === String(e), report.ooms[k].entry, { timeout: 30000 });
+    assert.equal(await page.locator('#mode-doctor').getAttribute('class'), 'active');
+    await page.click('#mode-timeline');
+    await settle();
+  }
+});
+
+test('a ticked what-if prediction is drawn on the category chart', async () => {
+  await page.click('#mode-categories');
+  await page.waitForFunction(p => document.querySelector('#breakdown tr[data-category="total"] td')?.textContent.includes(`(${p} bytes)`),
+    report.peak.peak_bytes, { timeout: 30000 });
+  await settle();
+  const plain = await pixels('categories');
+  await page.click('#mode-doctor');
+  await page.waitForSelector('#what-if tr.what-if');
+  const row = page.locator('#what-if tr.what-if[data-key="batch:x2"]');
+  assert.equal(Number(await row.getAttribute('data-peak')), report.what_if.find(w => w.key === 'batch:x2').predicted_peak_bytes);
+  await row.locator('input').check();
+  await page.click('#mode-categories');
+  await settle();
+  const withLine = await pixels('categories');
+  assert.notEqual(withLine, plain, 'the predicted peak is drawn');
+  // batch x 2 predicts more than the peak: the axis now ends above it, and the line (dashed,
+  // 6 on, 4 off) runs along the top of the axis.
+  assert.ok(await darkTopRow() > 0.5, `the dashed line: ${await darkTopRow()}`);
+  await page.screenshot({ path: join(SHOTS, '14-what-if-line.png'), fullPage: true });
+  await page.click('#mode-doctor');
+  await page.locator('#what-if tr.what-if[data-key="batch:x2"] input').uncheck();
+  await page.click('#mode-categories');
+  await settle();
+  assert.ok(await darkTopRow() < 0.05, `no line once unticked: ${await darkTopRow()}`);
+});
+
+test('nothing left the page, and the console is clean', () => {
+  const origin = new URL(srv.url).origin;
+  assert.deepEqual(requests.filter(u => !u.startsWith(origin) && !u.startsWith('blob:') && !u.startsWith('data:')), []);
+  assert.deepEqual(consoleErrors, []);
+});
