@@ -37,9 +37,8 @@ pub(crate) fn App() -> impl IntoView {
     provide_context(shown);
     provide_context(rules);
     provide_context(help);
-    let doctor = Doctor::new(docs, shown, rules, messages, redraw);
-    provide_context(doctor);
-    provide_context(Cats::new(docs, shown, rules, redraw, doctor));
+    provide_context(Doctor::new(docs, shown, rules, messages, redraw));
+    provide_context(Cats::new(docs, shown, rules, redraw, expect_context()));
     provide_context(Compare::new(docs, messages, redraw));
     url::follow(docs, selection);
     keys::listen(window, selection, help);

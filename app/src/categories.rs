@@ -1,19 +1,18 @@
 //! The categories view: what the memory is for, as stacked areas over the window (legend
 //! toggles), the breakdown at the peak and at a clicked step, the budget, training
 //! iterations, leak suspects, which rule decided what, and the user's rules. The doctor's
-//! ticked what-if predictions are drawn on the chart as dashed lines.
+//! ticked what-if predictions (`state::Predicted`) are drawn on the chart as dashed lines.
 
 use engine::protocol::{CategoriesVm, Category, DocId, Request, Response};
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 
 use crate::client::worker;
-use crate::doctor::Doctor;
 use crate::dom::canvas_by_id;
 use crate::draw;
 use crate::modes::{Mode, Shown};
 use crate::rules::{RulesEditor, UserRules};
-use crate::state::{Docs, Redraw, Window};
+use crate::state::{Docs, Predicted, Redraw, Window};
 use crate::text::{bytes_text, delta_text};
 
 /// The view's state: the worker's answer, the hidden categories, the clicked step.
@@ -27,7 +26,7 @@ pub(crate) struct Cats {
 impl Cats {
     /// Asks the worker again whenever the view is shown and the window, device, size, clicked
     /// step or rules change.
-    pub(crate) fn new(docs: Docs, shown: Shown, rules: UserRules, redraw: Redraw, doctor: Doctor) -> Cats {
+    pub(crate) fn new(docs: Docs, shown: Shown, rules: UserRules, redraw: Redraw, predicted: Predicted) -> Cats {
         let c = Cats { cats: RwSignal::new(None), hidden: RwSignal::new([false; 8]), at: RwSignal::new(None) };
         let seq = StoredValue::new(0u32);
         let key = Memo::new(move |_| docs.tab().map(|t| (t.info.doc, t.device, t.start.to_bits(), t.end.to_bits())));
@@ -58,7 +57,7 @@ impl Cats {
         Effect::new(move |_| {
             let hidden = c.hidden.get();
             let at = c.at.get();
-            let lines = doctor.lines.get();
+            let lines: Vec<(String, u64)> = predicted.lines().into_iter().map(|l| (l.label, l.bytes)).collect();
             c.cats.with(|v| {
                 if let (Some(v), Some(canvas)) = (v, canvas_by_id("categories")) {
                     draw::categories(&canvas, v, &hidden, at, &lines, &draw::Theme::read());

@@ -2,7 +2,7 @@
 //! the verdict (exhausted, fragmentation, other limit) and why, who holds the memory, and
 //! advice with its predicted effect; without an OOM the headroom at the peak. What-if
 //! budgets predict the peak under other setups; a ticked one is drawn as a line on the
-//! category chart. A banner offers the doctor whenever the device shown has an OOM, and a
+//! category chart (`state::Predicted`). A banner offers the doctor whenever the device shown has an OOM, and a
 //! click on an OOM's mark in the timeline opens it there.
 
 use engine::protocol::{DocId, DoctorReport as Report, Request, Response};
@@ -14,10 +14,10 @@ use snapshot::doctor::{Advice, Holder, Oom};
 use crate::client::worker;
 use crate::modes::{Mode, Shown};
 use crate::rules::UserRules;
-use crate::state::{Docs, Messages, Redraw};
-use crate::text::bytes_text;
+use crate::state::{Docs, Line, Messages, Predicted, Redraw};
+use crate::text::{bytes_text, delta_text};
 
-/// The report of the device shown, the OOM chosen, and the what-if lines ticked.
+/// The report of the device shown and the OOM chosen.
 #[derive(Clone, Copy)]
 pub(crate) struct Doctor {
     report: RwSignal<Option<((DocId, u32), Report)>>,
@@ -25,31 +25,32 @@ pub(crate) struct Doctor {
     /// An OOM asked for by its trace entry (a click on the timeline's lane), until the report
     /// is in.
     wanted: RwSignal<Option<u32>>,
-    /// Predicted peaks to draw on the category chart: (change, bytes).
-    pub(crate) lines: RwSignal<Vec<(String, u64)>>,
+    /// The file and device shown.
+    place: Memo<Option<(DocId, u32)>>,
     shown: Shown,
     redraw: Redraw,
-    docs: Docs,
 }
 
 impl Doctor {
-    /// Asks for the report whenever the doctor is shown and the file, device or rules change.
+    /// Asks for the report whenever the doctor is shown and the file, device or rules change;
+    /// an answer for a place the user has left is dropped. A new report refreshes the ticked
+    /// predictions on the category chart.
     pub(crate) fn new(docs: Docs, shown: Shown, rules: UserRules, messages: Messages, redraw: Redraw) -> Doctor {
+        let predicted = expect_context::<Predicted>();
+        let place = Memo::new(move |_| docs.tab().map(|t| (t.info.doc, t.device)));
         let d = Doctor {
             report: RwSignal::new(None),
             chosen: RwSignal::new(0),
             wanted: RwSignal::new(None),
-            lines: RwSignal::new(Vec::new()),
+            place,
             shown,
             redraw,
-            docs,
         };
-        let place = Memo::new(move |_| docs.tab().map(|t| (t.info.doc, t.device)));
         Effect::new(move |prev: Option<Option<(DocId, u32)>>| {
             let now = place.get();
             if prev.is_some_and(|p| p != now) {
                 d.chosen.set(0);
-                d.lines.set(Vec::new());
+                predicted.clear();
             }
             now
         });
@@ -61,11 +62,12 @@ impl Doctor {
             rules.track();
             spawn_local(async move {
                 match worker().ask(Request::Doctor { doc, device }).await {
-                    Response::Doctor(r) => {
+                    Response::Doctor(r) if place.get_untracked() == Some((doc, device)) => {
                         if let Some(entry) = d.wanted.get_untracked() {
                             d.wanted.set(None);
                             d.chosen.set(r.ooms.iter().position(|o| o.entry == entry).unwrap_or(0));
                         }
+                        predicted.refresh(&lines(&r));
                         d.report.set(Some(((doc, device), *r)));
                     }
                     Response::Error(e) => messages.error(format!("doctor: {e}")),
@@ -76,10 +78,16 @@ impl Doctor {
         d
     }
 
+    /// The report of the place shown (tracked).
+    fn current(self) -> Option<Report> {
+        let place = self.place.get();
+        self.report.with(|r| r.as_ref().filter(|r| Some(r.0) == place).map(|r| r.1.clone()))
+    }
+
     /// Shows the doctor, at the OOM of trace entry `entry` when given.
     pub(crate) fn open(self, entry: Option<u32>) {
         if let Some(entry) = entry {
-            let place = self.docs.tab_untracked().map(|t| (t.info.doc, t.device));
+            let place = self.place.get_untracked();
             let known = self.report.with_untracked(|r| {
                 let r = r.as_ref().filter(|r| Some(r.0) == place)?;
                 r.1.ooms.iter().position(|o| o.entry == entry)
@@ -91,6 +99,14 @@ impl Doctor {
         }
         self.shown.show(Mode::Doctor, self.redraw);
     }
+}
+
+/// A report's what-if predictions as chart lines.
+fn lines(r: &Report) -> Vec<Line> {
+    r.what_if
+        .iter()
+        .map(|w| Line { key: w.key.clone(), label: w.change.clone(), bytes: w.predicted_peak_bytes })
+        .collect()
 }
 
 /// "cuda:N ran out of memory": shown over every view but the doctor's.
@@ -112,14 +128,11 @@ pub(crate) fn OomBanner() -> impl IntoView {
 
 #[component]
 pub(crate) fn DoctorView() -> impl IntoView {
-    let (docs, d) = (expect_context::<Docs>(), expect_context::<Doctor>());
-    let report = move || {
-        let place = docs.tab().map(|t| (t.info.doc, t.device));
-        d.report.with(|r| r.as_ref().filter(|r| Some(r.0) == place).map(|r| r.1.clone()))
-    };
+    let d = expect_context::<Doctor>();
+    let report = Memo::new(move |_| d.current());
     view! {
         <div id="doctor-view">
-            {move || match report() {
+            {move || match report.get() {
                 None => view! { <p class="hint" id="doctor-wait">"Replaying the allocator…"</p> }.into_any(),
                 Some(r) if r.ooms.is_empty() => view! { <PeakPanel r=r.clone()/><WhatIfTable r=r/> }.into_any(),
                 Some(r) => view! { <OomChooser r=r.clone()/><OomPanel r=r.clone()/><WhatIfTable r=r/> }.into_any(),
@@ -179,7 +192,8 @@ fn OomPanel(r: Report) -> impl IntoView {
                             {figure("requested_bytes", "requested", Some(o.requested_bytes))}
                             {figure("device_free_bytes", "free on the device", o.device_free_bytes)}
                             {figure("reserved_bytes", "reserved", Some(o.reserved_bytes))}
-                            {figure("allocated_bytes", "allocated", Some(o.allocated_bytes))}
+                            {figure("allocated_bytes", "allocated (requested sizes)", Some(o.allocated_bytes))}
+                            {figure("live_block_bytes", "in live blocks (rounded, as PyTorch counts allocated)", Some(o.live_block_bytes))}
                             {figure("cached_free_bytes", "free in the cache", Some(o.cached_free_bytes))}
                             {figure("largest_free_block_bytes", "largest free block that could serve it", Some(o.largest_free_block_bytes))}
                             {figure("segment_bytes_needed", "segment it needed", Some(o.segment_bytes_needed))}
@@ -252,7 +266,7 @@ fn PeakPanel(r: Report) -> impl IntoView {
 /// Predicted peaks under other setups; a ticked row is drawn on the category chart.
 #[component]
 fn WhatIfTable(r: Report) -> impl IntoView {
-    let d = expect_context::<Doctor>();
+    let predicted = expect_context::<Predicted>();
     view! {
         <section id="what-if">
             <h2>"What if"</h2>
@@ -260,19 +274,14 @@ fn WhatIfTable(r: Report) -> impl IntoView {
             <table class="list">
                 <tr><th></th><th>"change"</th><th>"predicted peak"</th><th>"assumption"</th></tr>
                 {r.what_if.into_iter().map(|w| {
-                    let (change, bytes) = (w.change.clone(), w.predicted_peak_bytes);
-                    let key = change.clone();
+                    let line = Line { key: w.key.clone(), label: w.change.clone(), bytes: w.predicted_peak_bytes };
+                    let key = w.key.clone();
                     view! {
-                        <tr class="what-if" data-key=w.key.clone() data-peak=bytes.to_string() data-applies=w.applies.to_string()>
-                            <td><input type="checkbox" class="what-if-line"
-                                prop:checked=move || d.lines.with(|l| l.iter().any(|x| x.0 == key))
-                                on:change=move |e| {
-                                    let on = event_target_checked(&e);
-                                    let c = change.clone();
-                                    d.lines.update(|l| { l.retain(|x| x.0 != c); if on { l.push((c, bytes)); } });
-                                }/></td>
+                        <tr class="what-if" data-key=w.key.clone() data-peak=w.predicted_peak_bytes.to_string() data-applies=w.applies.to_string()>
+                            <td><input type="checkbox" class="what-if-line" prop:checked=move || predicted.is_on(&key)
+                                on:change=move |e| predicted.set(line.clone(), event_target_checked(&e))/></td>
                             <td>{w.change}</td>
-                            <td>{format!("{} ({})", bytes_text(bytes), crate::text::delta_text(w.baseline_peak_bytes, bytes))}</td>
+                            <td>{format!("{} ({})", bytes_text(w.predicted_peak_bytes), delta_text(w.baseline_peak_bytes, w.predicted_peak_bytes))}</td>
                             <td>{w.assumption}</td>
                         </tr>
                     }

@@ -56,29 +56,34 @@ fn TabBar() -> impl IntoView {
     }
 }
 
-/// A progress bar per file being read, with its figures and the time left.
+/// A progress bar per file being read, with its figures and the time left. A row lives as
+/// long as its load (keyed by the load, not its progress), so *Cancel* stays put while the
+/// figures change.
 #[component]
 pub(crate) fn Loads() -> impl IntoView {
     let opener = expect_context::<Opener>();
     view! {
         <div id="loads">
-            <For each=move || opener.loads.get() key=|l| (l.id, l.bytes) let:l>
+            <For each=move || opener.loads.get() key=|l| l.id let:l>
                 {
-                    let pct = if l.total > 0 { l.bytes as f64 / l.total as f64 * 100.0 } else { 0.0 };
-                    let elapsed = (now() - l.started) / 1000.0;
-                    let left = if l.bytes > 0 && l.bytes < l.total {
-                        format!("{:.1} s left", elapsed / l.bytes as f64 * (l.total - l.bytes) as f64)
-                    } else {
-                        String::new()
-                    };
                     let id = l.id;
+                    let now_of = move || opener.loads.with(|v| v.iter().find(|x| x.id == id).map(|x| (x.bytes, x.total, x.started)));
+                    let pct = move || now_of().map_or(0.0, |(b, t, _)| if t > 0 { b as f64 / t as f64 * 100.0 } else { 0.0 });
+                    let figures = move || {
+                        let (bytes, total, started) = now_of().unwrap_or_default();
+                        let elapsed = (now() - started) / 1000.0;
+                        let left = if bytes > 0 && bytes < total {
+                            format!("{:.1} s left", elapsed / bytes as f64 * (total - bytes) as f64)
+                        } else {
+                            String::new()
+                        };
+                        format!("{} / {} ({:.0}%) {left}", format_size(i128::from(bytes)), format_size(i128::from(total)), pct())
+                    };
                     view! {
                         <div class="load">
                             <span class="load-name">{l.name.clone()}</span>
-                            <progress max="100" value=format!("{pct:.1}")></progress>
-                            <span class="load-figures">
-                                {format!("{} / {} ({pct:.0}%) {left}", format_size(i128::from(l.bytes)), format_size(i128::from(l.total)))}
-                            </span>
+                            <progress max="100" value=move || format!("{:.1}", pct())></progress>
+                            <span class="load-figures">{figures}</span>
                             <button class="cancel" on:click=move |_| worker().cancel(id)>"Cancel"</button>
                         </div>
                     }

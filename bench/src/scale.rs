@@ -3,7 +3,8 @@
 //! process, and the check fails when a time grows by more than `R` (default 6) from N to 4N:
 //! linear is about 4, n log n about 4.5, quadratic 16. Ratios taken in one run hold on a noisy
 //! shared machine where absolute times do not; each time is the median of several runs, and
-//! a fast operation is repeated until a run lasts a few milliseconds.
+//! a fast operation is repeated until a run lasts a few milliseconds. A ratio over the bound is
+//! measured once more, with twice the runs, before it fails (the lower of the two counts).
 //!
 //! The snapshots are `snapshot::synth`'s training loop with a planted leak (so iterations and
 //! leak suspects grow with N); a one-layer loop (an iteration every ~57 entries) whose every
@@ -486,8 +487,8 @@ pub fn main(args: &[String]) -> anyhow::Result<()> {
     println!("|---|---:|---:|---:|---|");
     let mut failed = Vec::new();
     let checks: Vec<(String, Sample)> = checks().into_iter().filter(|(name, _)| name.contains(&only)).collect();
-    for (name, sample) in &checks {
-        // N and 4N alternate, so a burst of load on this shared machine hits both.
+    // N and 4N alternate, so a burst of load on this shared machine hits both.
+    let measure = |sample: &Sample, runs: usize| {
         let (mut a, mut b) = (Vec::new(), Vec::new());
         for r in 0..runs {
             if r % 2 == 0 {
@@ -500,14 +501,27 @@ pub fn main(args: &[String]) -> anyhow::Result<()> {
         }
         let (ta, tb) = (median(a), median(b));
         // A single run shorter than the floor is below what one shot resolves here.
-        let ratio = tb.max(FLOOR) / ta.max(FLOOR);
+        (ta, tb, tb.max(FLOOR) / ta.max(FLOOR))
+    };
+    for (name, sample) in &checks {
+        let (mut ta, mut tb, mut ratio) = measure(sample, runs);
+        let mut again = "";
+        if ratio > max_ratio {
+            // Timed again, twice as long, before failing: noise (another process on the cache)
+            // moves a ratio by a little; a super-linear loop (16x for quadratic) stays over.
+            let second = measure(sample, runs * 2);
+            if second.2 < ratio {
+                (ta, tb, ratio) = second;
+            }
+            again = " (timed twice)";
+        }
         let verdict = if ratio > max_ratio {
             failed.push(format!("{name} ({ratio:.1}x)"));
             "FAIL"
         } else {
             "ok"
         };
-        println!("| {name} | {:.3} | {:.3} | {ratio:.2} | {verdict} |", ta * 1e3, tb * 1e3);
+        println!("| {name} | {:.3} | {:.3} | {ratio:.2} | {verdict}{again} |", ta * 1e3, tb * 1e3);
     }
     println!("\n{} analyses in {:.1} s", checks.len(), started.elapsed().as_secs_f64());
     if !failed.is_empty() {

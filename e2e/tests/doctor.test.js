@@ -76,7 +76,7 @@ function assertSame(shown, oom, what) {
   assert.equal(shown.entry, oom.entry, `${what}: entry`);
   assert.equal(shown.verdict, oom.verdict, `${what}: verdict`);
   for (const k of ['requested_bytes', 'device_free_bytes', 'reserved_bytes', 'allocated_bytes', 'cached_free_bytes',
-    'largest_free_block_bytes', 'segment_bytes_needed']) {
+    'largest_free_block_bytes', 'segment_bytes_needed', 'live_block_bytes']) {
     assert.equal(shown.figures[k], oom[k], `${what}: ${k}`);
   }
   assert.deepEqual(shown.holders, oom.holders.map(h => ({ site: h.site, bytes: h.bytes })), `${what}: holders`);

@@ -87,6 +87,9 @@ struct Doc {
     rules: Compiled,
     /// Categories per device, made with `rules`.
     cats: HashMap<u32, (Categories, Report)>,
+    /// The doctor's report per device, made with `rules` (asked again on every visit to the
+    /// doctor and every click on an OOM mark: made once).
+    doctors: HashMap<u32, snapshot::doctor::Report>,
     /// Whole-file analyses under way in the background, first in line first.
     jobs: VecDeque<Job>,
     /// Analyses finished since the caller last asked ([`Engine::take_finished`]).
@@ -184,6 +187,7 @@ impl Engine {
             states: HashMap::new(),
             rules: Compiled::default(),
             cats: HashMap::new(),
+            doctors: HashMap::new(),
             jobs: VecDeque::new(),
             finished: Vec::new(),
         };
@@ -265,6 +269,7 @@ impl Engine {
                         doc.rules = c;
                         // Analyses made or begun with the old rules start again.
                         let mut devices: Vec<u32> = doc.cats.drain().map(|(d, _)| d).collect();
+                        doc.doctors.clear();
                         doc.jobs.retain(|j| match j {
                             Job::Categories(d, _) => {
                                 devices.push(*d);
@@ -447,10 +452,15 @@ impl Doc {
     /// The doctor's report: needs the device's categories and allocator-state checkpoints
     /// (finished now if the background has not).
     fn doctor(&mut self, device: u32) -> snapshot::doctor::Report {
+        if let Some(r) = self.doctors.get(&device) {
+            return r.clone();
+        }
         self.categories(device);
         self.state_index(device);
         let tl = &self.lanes[&(device, Kind::Blocks)].timeline;
-        snapshot::doctor::diagnose(&self.snap, tl, &self.cats[&device].0, &self.states[&device])
+        let r = snapshot::doctor::diagnose(&self.snap, tl, &self.cats[&device].0, &self.states[&device]);
+        self.doctors.insert(device, r.clone());
+        r
     }
 
     fn lane(&mut self, device: u32, kind: Kind) -> &mut Lane {

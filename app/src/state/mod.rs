@@ -9,6 +9,7 @@
 //! - `plot`: what the timeline and its minimap show, and the timings the benchmark reads.
 //! - `events`, `allocator`: the event list's page and the allocator state after an event.
 //! - `messages`: errors, notices and the status line.
+//! - `predicted`: the doctor's predicted peaks the user ticked, drawn on the category chart.
 //! - `nav`: moving to another tab, device or memory kind, which resets what belonged to the
 //!   old place in one go (so that no view asks for a picture of a place it just left).
 
@@ -18,6 +19,7 @@ mod events;
 mod messages;
 mod nav;
 mod plot;
+mod predicted;
 mod search;
 mod selection;
 mod window;
@@ -28,6 +30,7 @@ pub(crate) use events::Events;
 pub(crate) use messages::Messages;
 pub(crate) use nav::Nav;
 pub(crate) use plot::Plot;
+pub(crate) use predicted::{Line, Predicted};
 pub(crate) use search::Search;
 pub(crate) use selection::Selection;
 pub(crate) use window::Window;
@@ -65,6 +68,7 @@ pub(crate) fn provide() {
     provide_context(events);
     provide_context(allocator);
     provide_context(Messages::new());
+    provide_context(Predicted::new());
     provide_context(Redraw(RwSignal::new(0)));
     provide_context(Nav { docs, selection, search, plot, events, allocator });
 }

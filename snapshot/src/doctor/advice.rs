@@ -107,6 +107,13 @@ pub fn advise(c: &Context) -> Vec<Advice> {
         let m_mb = (1u64 << (63 - mb.leading_zeros())).max(32);
         let m = m_mb << 20;
         let (mut segs, mut tensors, mut small_bytes, mut trapped, mut biggest) = (0u32, 0u32, 0u64, 0u64, 0u64);
+        // Free bytes per segment, in one pass over the gaps (not a scan of them per segment).
+        let mut free_in = vec![0u64; c.layout.segments.len()];
+        for g in &c.layout.gaps {
+            if let Some(f) = free_in.get_mut(g.segment) {
+                *f = f.saturating_add(g.size);
+            }
+        }
         for (k, seg) in c.layout.segments.iter().enumerate() {
             if seg.pool != PoolKind::Large || seg.stream != c.stream || seg.size <= m {
                 continue;
@@ -118,7 +125,7 @@ pub fn advise(c: &Context) -> Vec<Advice> {
             segs += 1;
             tensors += small.len() as u32;
             small_bytes = small_bytes.saturating_add(sum(small.iter().map(|b| b.0)));
-            trapped = trapped.saturating_add(sum(c.layout.gaps.iter().filter(|g| g.segment == k).map(|g| g.size)));
+            trapped = trapped.saturating_add(free_in[k]);
             // Without its small tensors the segment's free space is one block.
             let large = sum(seg.blocks.iter().filter(|b| b.0 >= m).map(|b| b.0));
             biggest = biggest.max(seg.size.saturating_sub(large));

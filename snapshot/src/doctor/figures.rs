@@ -183,8 +183,11 @@ pub fn layout(state: &AllocatorState, settings: &Settings) -> Layout {
             }
             let next = seg.blocks.get(k + 1).map_or(end, |n| n.address).max(start);
             let rounded = b.size.max(round_size(b.requested_size));
+            // PyTorch's should_split: the small pool, and any pool under expandable segments,
+            // split off a remainder of at least kMinBlockSize.
             let slack_limit = match pool {
                 PoolKind::Small => MIN_BLOCK,
+                _ if seg.expandable => MIN_BLOCK,
                 _ if settings.max_split_size_bytes.is_some_and(|m| rounded >= m) => LARGE_BUFFER + 1,
                 _ => SMALL_SIZE + 1,
             };
@@ -237,27 +240,26 @@ impl Layout {
     pub fn figures(&self, state: &AllocatorState) -> Figures {
         let mut pools: Vec<PoolFree> = Vec::new();
         let key = |s: &SegmentLayout| -> PoolKey { (s.pool, s.private_pool, s.stream) };
-        let find = |pools: &mut Vec<PoolFree>, s: &SegmentLayout| -> usize {
-            match pools.iter().position(|p| (p.pool, p.private_pool, p.stream) == key(s)) {
-                Some(k) => k,
-                None => {
-                    pools.push(PoolFree {
-                        pool: s.pool,
-                        private_pool: s.private_pool,
-                        stream: s.stream,
-                        segments: 0,
-                        reserved_bytes: 0,
-                        free_blocks: 0,
-                        free_bytes: 0,
-                        largest_free_block_bytes: 0,
-                        expandable: false,
-                    });
-                    pools.len() - 1
-                }
-            }
+        // Pools are few in real files (two per stream, plus private pools), but a hostile file
+        // can give every segment its own stream: found through a map, not a search.
+        let mut index: rustc_hash::FxHashMap<PoolKey, usize> = rustc_hash::FxHashMap::default();
+        let mut find = |pools: &mut Vec<PoolFree>, s: &SegmentLayout| -> usize {
+            *index.entry(key(s)).or_insert_with(|| {
+                pools.push(PoolFree {
+                    pool: s.pool,
+                    private_pool: s.private_pool,
+                    stream: s.stream,
+                    segments: 0,
+                    reserved_bytes: 0,
+                    free_blocks: 0,
+                    free_bytes: 0,
+                    largest_free_block_bytes: 0,
+                    expandable: false,
+                });
+                pools.len() - 1
+            })
         };
-        // Pools are few (two per stream, plus private pools): a linear search per segment is
-        // cheaper than hashing, but segments are many, so remember the last one.
+        // Segments of one pool come in runs: remember the last one.
         let mut last: Option<(PoolKey, usize)> = None;
         let mut pool_of = Vec::with_capacity(self.segments.len());
         for s in &self.segments {

@@ -168,13 +168,22 @@ pub fn diagnose(snap: &Snapshot, tl: &Timeline, cats: &Categories, index: &State
     let mut asked: Vec<Option<usize>> = entries.iter().map(|&e| e.checked_sub(1)).collect();
     asked.push(peak_entry);
     asked.push(n.checked_sub(1));
-    let mut states: Vec<Option<AllocatorState>> = vec![None; asked.len()];
-    index.states_after_each(snap, &asked, |k, s| states[k] = Some(s));
-    let mut states = states.into_iter().map(Option::unwrap_or_default);
-    let ooms: Vec<Oom> =
-        entries.iter().zip(states.by_ref()).map(|(&e, s)| oom(snap, tl, cats, &settings, &what_if, e, &s)).collect();
-    let at_peak = states.next().unwrap_or_default();
-    let at_end_state = states.next().unwrap_or_default();
+    // Each OOM is read as its state is handed over, so only the peak's and the end's states
+    // are held at once (every OOM's state at once could be the live state times the OOMs).
+    let mut ooms: Vec<Option<Oom>> = vec![None; entries.len()];
+    let (mut at_peak, mut at_end_state) = (None, None);
+    index.states_after_each(snap, &asked, |k, s| match k.checked_sub(entries.len()) {
+        None => ooms[k] = Some(oom(snap, tl, cats, &settings, &what_if, entries[k], &s)),
+        Some(0) => at_peak = Some(s),
+        Some(_) => at_end_state = Some(s),
+    });
+    let empty = AllocatorState::default();
+    let ooms: Vec<Oom> = ooms
+        .into_iter()
+        .zip(&entries)
+        .map(|(o, &e)| o.unwrap_or_else(|| oom(snap, tl, cats, &settings, &what_if, e, &empty)))
+        .collect();
+    let (at_peak, at_end_state) = (at_peak.unwrap_or_default(), at_end_state.unwrap_or_default());
     let peak = peak(snap, tl, cats, &ooms, peak_entry, &at_peak);
     let at_end = ooms.is_empty().then(|| at_end(snap, &settings, &at_end_state));
     Report { device: device as u32, ooms, peak, at_end, what_if, settings }
