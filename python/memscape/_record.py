@@ -124,7 +124,8 @@ def record(
     ``"all"``: Python and C++ frames, slower), then the snapshot when the block ends, and
     recording stopped. With ``dump_on_oom``, an out-of-memory error writes the snapshot at
     the moment of the failure (PyTorch's out-of-memory observer), before the exception
-    propagates; that snapshot is kept when the exception leaves the block. One recording at a
+    propagates; that snapshot is kept when the exception leaves the block (when the block
+    catches it and goes on, the snapshot at the end replaces it). One recording at a
     time (PyTorch has one recorder per process).
 
     Raises :class:`MemscapeError` when PyTorch or CUDA is missing, or ``path``'s directory
