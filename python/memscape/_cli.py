@@ -76,7 +76,8 @@ def _source(snapshot: Snapshot) -> Source:
         path = Path(os.fspath(snapshot))
         if not path.is_file():
             raise MemscapeError(f"{path}: no such file")
-        return str(path), None, path.name
+        # Absolute, so that no file name reads as an option or as `-` (standard input).
+        return str(path.absolute()), None, path.name
     if isinstance(snapshot, (bytes, bytearray, memoryview)):
         return "-", bytes(snapshot), "snapshot"
     if isinstance(snapshot, (dict, list)):
@@ -91,7 +92,13 @@ def run(args: Sequence[str], stdin: Optional[bytes] = None) -> bytes:
     """Runs ``memscape ARGS`` and returns its standard output; its error as :class:`MemscapeError`."""
     exe = binary()
     try:
-        done = subprocess.run([str(exe), *args], input=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        done = subprocess.run(
+            [str(exe), *args],
+            input=stdin,
+            stdin=None if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
     except OSError as e:
         raise MemscapeError(f"cannot run {exe}: {e}") from None
     if done.returncode != 0:

@@ -121,6 +121,20 @@ class Stats(unittest.TestCase):
             memscape.stats(42)  # type: ignore[arg-type]
 
 
+    def test_a_file_named_like_an_option_or_stdin_is_read_as_a_file(self) -> None:
+        tiny = CORPUS / "pt24-linear-tiny.pkl"
+        cwd = os.getcwd()
+        with tempfile.TemporaryDirectory() as d:
+            for name in ("-", "--json"):
+                shutil.copy(tiny, Path(d) / name)
+            os.chdir(d)
+            try:
+                self.assertEqual(memscape.stats("-"), memscape.stats(tiny))
+                self.assertEqual(memscape.stats("--json"), memscape.stats(tiny))
+            finally:
+                os.chdir(cwd)
+
+
 class Show(unittest.TestCase):
     def test_show_is_the_offline_page_in_a_sandboxed_srcdoc_frame(self) -> None:
         v = memscape.show(EXAMPLE, height=500)
