@@ -48,3 +48,14 @@ export function statsOf(page) {
   return page.evaluate(() => Object.fromEntries([...document.querySelectorAll('#stats-table tr')]
     .map(tr => [tr.dataset.key, Number(tr.dataset.value)])));
 }
+
+/** How many pixels of the canvas `id` differ from its background (its top-left pixel). */
+export function paintedPixels(page, id = 'timeline') {
+  return page.evaluate(id => {
+    const c = document.getElementById(id);
+    const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+    let n = 0;
+    for (let i = 0; i < d.length; i += 4) if (Math.abs(d[i] - d[0]) + Math.abs(d[i + 1] - d[1]) + Math.abs(d[i + 2] - d[2]) > 30) n++;
+    return n;
+  }, id);
+}

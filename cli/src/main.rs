@@ -21,7 +21,7 @@ struct Cli {
 enum Command {
     /// Print the statistics of a snapshot (those of `_memory_viz.py stats`, plus per-device timelines).
     Stats {
-        /// A snapshot: pickle, .pickle.gz, JSON or a _memory_viz.py HTML page.
+        /// A snapshot: pickle, .pickle.gz, JSON or a _memory_viz.py HTML page (`-`: standard input).
         file: PathBuf,
         /// Print one JSON object instead of text.
         #[arg(long)]
@@ -72,11 +72,15 @@ enum Command {
     /// Write one self-contained HTML file with the viewer and this snapshot: it opens from
     /// disk, offline, with no network at all (the replacement for `_memory_viz.py trace_plot`).
     Html {
-        /// A snapshot in any form `stats` reads, including the HTML pages of `_memory_viz.py`.
+        /// A snapshot in any form `stats` reads, including the HTML pages of `_memory_viz.py`
+        /// (`-`: standard input).
         file: PathBuf,
-        /// The HTML file to write.
+        /// The HTML file to write (`-`: standard output).
         #[arg(short, long)]
         output: PathBuf,
+        /// The name the viewer shows for the snapshot (default: the file's name).
+        #[arg(long)]
+        name: Option<String>,
     },
     /// Generate a realistic synthetic snapshot (deterministic for a given seed).
     Synth {
@@ -193,24 +197,79 @@ fn viewer() -> anyhow::Result<offline::Assets> {
     )
 }
 
-/// Writes the offline page of `file` (already read as `loaded`) to `output`.
+/// Writes the offline page of `input` (already read as `loaded`; `bytes` when it came from
+/// standard input) to `output` (`-`: standard output). The viewer calls it `name`, by default
+/// the file's name.
 fn write_offline(
     assets: &offline::Assets,
-    file: &Path,
+    input: &Input,
     loaded: &snapshot::Loaded,
+    name: Option<&str>,
     output: &Path,
 ) -> anyhow::Result<()> {
-    let bytes = match loaded.format {
+    let bytes = match (&loaded.format, input) {
         // A page made by `_memory_viz.py`: embed the snapshot it holds, as a pickle.
-        snapshot::Format::Html(_) => snapshot::write::to_pickle_bytes(&loaded.snapshot),
-        _ => std::fs::read(file).with_context(|| format!("{}: cannot read", file.display()))?,
+        (snapshot::Format::Html(_), _) => snapshot::write::to_pickle_bytes(&loaded.snapshot),
+        (_, Input::Stdin(bytes)) => bytes.clone(),
+        (_, Input::File(file)) => std::fs::read(file).with_context(|| format!("{}: cannot read", file.display()))?,
     };
-    let name = file.file_name().map_or("snapshot".into(), |n| n.to_string_lossy().into_owned());
+    let name = match (name, input) {
+        (Some(n), _) => n.to_string(),
+        (None, Input::File(file)) => file.file_name().map_or("snapshot".into(), |n| n.to_string_lossy().into_owned()),
+        (None, Input::Stdin(_)) => "snapshot".into(),
+    };
     let name = name.strip_suffix(".html").unwrap_or(&name).to_string();
     let html = offline::page(assets, &name, &bytes);
+    if output == Path::new(STDIO) {
+        let mut out = std::io::stdout().lock();
+        out.write_all(html.as_bytes())?;
+        return Ok(out.flush()?);
+    }
     std::fs::write(output, &html).with_context(|| format!("{}: cannot write", output.display()))?;
     println!("wrote {} ({} bytes): open it in a browser, no network needed", output.display(), html.len());
     Ok(())
+}
+
+/// The file name that means standard input (or output).
+const STDIO: &str = "-";
+
+/// A snapshot to read: a file (read in chunks as it is parsed), or standard input (read
+/// whole first: `memscape html` embeds the very bytes).
+enum Input {
+    File(PathBuf),
+    Stdin(Vec<u8>),
+}
+
+impl Input {
+    /// `-` reads standard input now.
+    fn new(path: &Path) -> anyhow::Result<Input> {
+        if path != Path::new(STDIO) {
+            return Ok(Input::File(path.to_path_buf()));
+        }
+        let mut bytes = Vec::new();
+        std::io::stdin().lock().read_to_end(&mut bytes).context("<stdin>: cannot read")?;
+        Ok(Input::Stdin(bytes))
+    }
+
+    fn load(&self) -> anyhow::Result<snapshot::Loaded> {
+        match self {
+            Input::File(path) => load(path),
+            Input::Stdin(bytes) => {
+                let mut loader = snapshot::Loader::new(limits());
+                loader.set_size_hint(bytes.len() as u64);
+                loader.feed(bytes).map_err(|e| anyhow::anyhow!("<stdin>: {e}"))?;
+                loader.finish().map_err(|e| anyhow::anyhow!("<stdin>: {e}"))
+            }
+        }
+    }
+
+    /// What messages call it.
+    fn shown(&self) -> String {
+        match self {
+            Input::File(path) => path.display().to_string(),
+            Input::Stdin(_) => "<stdin>".into(),
+        }
+    }
 }
 
 /// Reads a snapshot file in chunks through the incremental reader.
@@ -276,9 +335,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Stats { file, json, rules } => {
             let rules = read_rules(rules.as_deref())?;
-            let loaded = load(&file)?;
+            let input = Input::new(&file)?;
+            let loaded = input.load()?;
             for w in &loaded.warnings {
-                eprintln!("memscape: {}: warning: {w}", file.display());
+                eprintln!("memscape: {}: warning: {w}", input.shown());
             }
             let snap = &loaded.snapshot;
             let mut categories = Vec::new();
@@ -356,10 +416,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Html { file, output } => {
+        Command::Html { file, output, name } => {
             let assets = viewer()?;
-            let loaded = load(&file)?;
-            write_offline(&assets, &file, &loaded, &output)
+            let input = Input::new(&file)?;
+            let loaded = input.load()?;
+            write_offline(&assets, &input, &loaded, name.as_deref(), &output)
         }
         Command::Synth {
             size,
@@ -424,20 +485,23 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-/// Finds the injection library: `MEMSCAPE_CAPTURE_LIB`, else next to this executable.
+/// Finds the injection library: `MEMSCAPE_CAPTURE_LIB`, else next to this executable (a
+/// cargo build), else in `../lib/memscape/` from it (where the wheel installs it: `bin/` and
+/// `lib/` of the same environment).
 fn injection_library() -> anyhow::Result<PathBuf> {
     if let Some(p) = std::env::var_os("MEMSCAPE_CAPTURE_LIB") {
         return Ok(PathBuf::from(p));
     }
     let exe = std::env::current_exe()?;
-    let lib = exe.with_file_name("libmemscape_capture.so");
-    if !lib.exists() {
-        bail!(
+    let beside = exe.with_file_name("libmemscape_capture.so");
+    let installed = exe.parent().and_then(Path::parent).map(|p| p.join("lib/memscape/libmemscape_capture.so"));
+    match [Some(beside.clone()), installed].into_iter().flatten().find(|p| p.exists()) {
+        Some(lib) => Ok(lib),
+        None => bail!(
             "the injection library {} is missing: build it with `cargo build --release -p capture` (or set MEMSCAPE_CAPTURE_LIB)",
-            lib.display()
-        );
+            beside.display()
+        ),
     }
-    Ok(lib)
 }
 
 /// The first frame outside the CUDA driver, CUPTI and the recorder: where the program asked.
@@ -492,7 +556,7 @@ fn capture(
     if let Some(assets) = &assets {
         let mut page = abs_out.clone().into_os_string();
         page.push(".html");
-        write_offline(assets, &abs_out, &loaded, Path::new(&page))?;
+        write_offline(assets, &Input::File(abs_out.clone()), &loaded, None, Path::new(&page))?;
     }
     let snap = &loaded.snapshot;
     let s = snapshot::stats::summary(snap);

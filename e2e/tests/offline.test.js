@@ -8,7 +8,7 @@ import { gzipSync } from 'node:zlib';
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
-import { serve, browser, statsOf, CORPUS, ROOT, DIST } from '../harness.js';
+import { serve, browser, statsOf, paintedPixels, CORPUS, ROOT, DIST } from '../harness.js';
 
 const MEMSCAPE = join(ROOT, 'target', 'debug', 'memscape');
 let srv;
@@ -51,13 +51,7 @@ async function checkFigures(page, corpusName, device = 0) {
     assert.equal(got['timeline.peak_bytes'], viz.active_memory_timeline.max_at_time_peak);
     assert.equal(got['timeline.elements'], viz.active_memory_timeline.elements);
   }
-  const painted = await page.evaluate(() => {
-    const c = document.getElementById('timeline');
-    const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
-    let n = 0;
-    for (let i = 0; i < d.length; i += 4) if (Math.abs(d[i] - d[0]) + Math.abs(d[i + 1] - d[1]) + Math.abs(d[i + 2] - d[2]) > 30) n++;
-    return n;
-  });
+  const painted = await paintedPixels(page);
   assert.ok(painted > 10000, `timeline drawn (${painted} pixels)`);
 }
 

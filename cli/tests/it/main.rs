@@ -110,6 +110,38 @@ fn bad_input_exits_2_with_a_one_line_error_naming_the_file() {
     assert_eq!(out.status.code(), Some(2));
 }
 
+/// `-` reads the snapshot from standard input (what the Python package does with bytes and
+/// dicts): the same figures as from the file, and errors name `<stdin>`.
+#[test]
+fn stats_reads_standard_input() {
+    use std::io::Write as _;
+    use std::process::Stdio;
+    let stdin_stats = |bytes: &[u8]| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_memscape"))
+            .args(["stats", "--json", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(bytes).unwrap();
+        child.wait_with_output().unwrap()
+    };
+    for name in ["pt24-linear-tiny.pkl", "pt25-cs336-bf16-forward.html", "pt21-llama-cppframes-multistream.pickle"] {
+        let path = corpus().join(name);
+        let out = stdin_stats(&std::fs::read(&path).unwrap());
+        assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+        let ours: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(ours, stats_json(&path), "{name}");
+    }
+    let bytes = std::fs::read(corpus().join("pt24-linear-tiny.pkl")).unwrap();
+    let out = stdin_stats(&bytes[..bytes.len() / 2]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.starts_with("memscape: <stdin>: ") && err.contains("at byte"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+}
+
 #[test]
 fn synth_writes_a_snapshot_that_stats_reads() {
     let dir = std::env::temp_dir().join(format!("memscape-synth-{}", std::process::id()));
