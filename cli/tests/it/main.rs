@@ -128,13 +128,13 @@ fn stats_reads_standard_input() {
         child.wait_with_output().unwrap()
     };
     for name in ["pt24-linear-tiny.pkl", "pt25-cs336-bf16-forward.html", "pt21-llama-cppframes-multistream.pickle"] {
-        let path = corpus().join(name);
+        let path = testkit::dir().join(name);
         let out = stdin_stats(&std::fs::read(&path).unwrap());
         assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
         let ours: Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(ours, stats_json(&path), "{name}");
     }
-    let bytes = std::fs::read(corpus().join("pt24-linear-tiny.pkl")).unwrap();
+    let bytes = std::fs::read(testkit::dir().join("pt24-linear-tiny.pkl")).unwrap();
     let out = stdin_stats(&bytes[..bytes.len() / 2]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8(out.stderr).unwrap();
