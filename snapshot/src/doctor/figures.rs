@@ -235,6 +235,19 @@ fn push_gap(
     gaps.len() - 1
 }
 
+/// Whether the caching allocator would hand a free block of `block` bytes to a request of
+/// `requested` (rounded) bytes, by its `max_split_size` rules (`get_free_block`): an
+/// oversize block (at least `max_split`) never serves a smaller request, and serves a large
+/// one only if less than `kLargeBuffer` (20 MiB) would be left over. Without the setting,
+/// any block may.
+pub fn may_serve(block: u64, requested: u64, max_split: Option<u64>) -> bool {
+    match max_split {
+        None => true,
+        Some(m) if requested < m => block < m,
+        Some(_) => block < requested.saturating_add(LARGE_BUFFER),
+    }
+}
+
 impl Layout {
     /// The figures of this layout (`allocated_bytes` is the state's own).
     pub fn figures(&self, state: &AllocatorState) -> Figures {
@@ -299,5 +312,23 @@ impl Layout {
             let s = &self.segments[g.segment];
             (s.pool, s.private_pool) == pool && s.stream == stream
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn oversize_blocks_serve_as_get_free_block_allows() {
+        let m = 512 << 20;
+        // No setting: every block.
+        assert!(may_serve(4 << 30, 2 << 20, None));
+        // A small request never gets an oversize block, however free.
+        assert!(!may_serve(m, 2 << 20, Some(m)));
+        assert!(may_serve(m - 1, 2 << 20, Some(m)));
+        // A large request gets one only with less than 20 MiB left over.
+        assert!(may_serve((600 << 20) + LARGE_BUFFER - 1, 600 << 20, Some(m)));
+        assert!(!may_serve((600 << 20) + LARGE_BUFFER, 600 << 20, Some(m)));
     }
 }

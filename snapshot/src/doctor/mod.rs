@@ -227,7 +227,12 @@ fn oom(
     let pool = figures::request_pool(requested, t.pool_id(entry));
     let layout = figures::layout(state, settings);
     let fig = layout.figures(state);
-    let largest_fit = layout.gaps_for(pool, stream).map(|g| g.size).max().unwrap_or(0);
+    let largest_fit = layout
+        .gaps_for(pool, stream)
+        .map(|g| g.size)
+        .filter(|&g| figures::may_serve(g, requested, settings.max_split_size_bytes))
+        .max()
+        .unwrap_or(0);
     let expandable = settings.expandable() || state.segments.iter().any(|s| s.expandable);
     let segment_needed = if expandable {
         // The stream's range grows by whole pages from its free tail.
