@@ -59,3 +59,20 @@ export function paintedPixels(page, id = 'timeline') {
     return n;
   }, id);
 }
+
+/** `dist/` served and opened in a fresh browser, once the bundled example is its active tab:
+ * `requests` collects every URL the page asks for, `consoleErrors` what it logs as errors,
+ * and an uncaught page error fails the test. `close()` ends both. */
+export async function openExample(example = 'cs336-fullstep.pickle') {
+  const srv = await serve();
+  const ctx = await browser();
+  const requests = [];
+  const consoleErrors = [];
+  ctx.on('request', r => requests.push(r.url()));
+  const page = await ctx.newPage();
+  page.on('pageerror', e => { throw e; });
+  page.on('console', m => { if (m.type() === 'error') consoleErrors.push(m.text()); });
+  await page.goto(srv.url);
+  await page.waitForFunction(n => document.querySelector('.tab.active .tab-name')?.textContent === n, example, { timeout: 60000 });
+  return { url: srv.url, page, requests, consoleErrors, close: async () => { await ctx.close(); await srv.close(); } };
+}

@@ -10,16 +10,14 @@ import { readFileSync, mkdirSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
-import { serve, browser, ROOT } from '../harness.js';
+import { openExample, ROOT } from '../harness.js';
 
 const SHOTS = join(ROOT, 'e2e', 'screenshots');
 const MEMSCAPE = join(ROOT, 'target', 'debug', 'memscape');
 const EXAMPLE = 'cs336-fullstep.pickle';
 const TMP = join(tmpdir(), 'memscape-doctor');
 const FILE = join(TMP, 'two-ooms.pickle');
-let srv, ctx, page, report;
-const requests = [];
-const consoleErrors = [];
+let view, page, report;
 
 function doctorJson(path) {
   return JSON.parse(execFileSync(MEMSCAPE, ['doctor', '--json', path], { stdio: ['ignore', 'pipe', 'pipe'] }).toString());
@@ -89,19 +87,12 @@ before(async () => {
   execFileSync(MEMSCAPE, ['synth', '--entries', '6000', '--fragmentation-oom', '--oom', '--seed', '7', '-o', FILE], { stdio: 'pipe' });
   report = doctorJson(FILE);
   assert.deepEqual(report.ooms.map(o => o.verdict), ['exhausted', 'fragmentation'], 'the planted errors');
-  srv = await serve();
-  ctx = await browser();
-  ctx.on('request', r => requests.push(r.url()));
-  page = await ctx.newPage();
-  page.on('pageerror', e => { throw e; });
-  page.on('console', m => { if (m.type() === 'error') consoleErrors.push(m.text()); });
-  await page.goto(srv.url);
-  await page.waitForFunction(n => document.querySelector('.tab.active .tab-name')?.textContent === n, EXAMPLE, { timeout: 60000 });
+  view = await openExample(EXAMPLE);
+  ({ page } = view);
 });
 
 after(async () => {
-  await ctx?.close();
-  await srv?.close();
+  await view?.close();
 });
 
 test('a file without an OOM: no banner, and the doctor shows its peak', async () => {
@@ -178,7 +169,7 @@ test('a ticked what-if prediction is drawn on the category chart', async () => {
 });
 
 test('nothing left the page, and the console is clean', () => {
-  const origin = new URL(srv.url).origin;
-  assert.deepEqual(requests.filter(u => !u.startsWith(origin) && !u.startsWith('blob:') && !u.startsWith('data:')), []);
-  assert.deepEqual(consoleErrors, []);
+  const origin = new URL(view.url).origin;
+  assert.deepEqual(view.requests.filter(u => !u.startsWith(origin) && !u.startsWith('blob:') && !u.startsWith('data:')), []);
+  assert.deepEqual(view.consoleErrors, []);
 });

@@ -7,15 +7,13 @@ import { readFileSync, writeFileSync, mkdirSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
-import { serve, browser, statsOf, ROOT } from '../harness.js';
+import { openExample, statsOf, ROOT } from '../harness.js';
 
 const SHOTS = join(ROOT, 'e2e', 'screenshots');
 const MEMSCAPE = join(ROOT, 'target', 'debug', 'memscape');
 const EXAMPLE = 'cs336-fullstep.pickle';
 const TMP = join(tmpdir(), 'memscape-insight');
-let srv, ctx, page;
-const requests = [];
-const consoleErrors = [];
+let view, page;
 
 function synth(name, extra) {
   const file = join(TMP, `${name}.pickle`);
@@ -75,19 +73,12 @@ async function categories(name) {
 
 before(async () => {
   mkdirSync(TMP, { recursive: true });
-  srv = await serve();
-  ctx = await browser();
-  ctx.on('request', r => requests.push(r.url()));
-  page = await ctx.newPage();
-  page.on('pageerror', e => { throw e; });
-  page.on('console', m => { if (m.type() === 'error') consoleErrors.push(m.text()); });
-  await page.goto(srv.url);
-  await page.waitForFunction(n => document.querySelector('.tab.active .tab-name')?.textContent === n, EXAMPLE, { timeout: 60000 });
+  view = await openExample(EXAMPLE);
+  ({ page } = view);
 });
 
 after(async () => {
-  await ctx?.close();
-  await srv?.close();
+  await view?.close();
 });
 
 test('the category view of the example: stacked areas, legend toggles, breakdowns, budget, hover', async () => {
@@ -245,7 +236,7 @@ test('comparing files: overview per file, the diff of two, alignment and call-si
     && getComputedStyle(document.getElementById('timeline-view')).display !== 'none', a.name);
 
   // Nothing left the page; nothing complained.
-  const foreign = requests.filter(u => !u.startsWith(srv.url) && !u.startsWith('blob:') && !u.startsWith('data:'));
+  const foreign = view.requests.filter(u => !u.startsWith(view.url) && !u.startsWith('blob:') && !u.startsWith('data:'));
   assert.deepEqual(foreign, []);
-  assert.deepEqual(consoleErrors, []);
+  assert.deepEqual(view.consoleErrors, []);
 });
