@@ -32,12 +32,15 @@ export async function serve(dir = DIST, prefix = '/') {
   return { url, close: () => new Promise(r => server.close(r)) };
 }
 
-export async function browser() {
+/** A fresh Chromium profile; `options` adds to (or replaces) the context's, e.g.
+ * `{ deviceScaleFactor: 2 }` for a HiDPI screen. */
+export async function browser(options = {}) {
   const dir = await mkdtemp(join(tmpdir(), 'memscape-chromium-'));
   return chromium.launchPersistentContext(dir, {
     executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
     headless: true,
     viewport: { width: 1400, height: 1000 },
+    ...options,
     args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
       '--disable-background-networking', '--disable-component-update', '--disable-sync'],
   });
@@ -63,9 +66,9 @@ export function paintedPixels(page, id = 'timeline') {
 /** `dist/` served and opened in a fresh browser, once the bundled example is its active tab:
  * `requests` collects every URL the page asks for, `consoleErrors` what it logs as errors,
  * and an uncaught page error fails the test. `close()` ends both. */
-export async function openExample(example = 'cs336-fullstep.pickle') {
+export async function openExample(example = 'cs336-fullstep.pickle', options = {}) {
   const srv = await serve();
-  const ctx = await browser();
+  const ctx = await browser(options);
   const requests = [];
   const consoleErrors = [];
   ctx.on('request', r => requests.push(r.url()));

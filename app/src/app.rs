@@ -41,7 +41,7 @@ pub(crate) fn App() -> impl IntoView {
     provide_context(Cats::new(docs, shown, rules, redraw, expect_context()));
     provide_context(Compare::new(docs, messages, redraw));
     url::follow(docs, selection);
-    keys::listen(window, selection, help);
+    keys::listen(window, selection, expect_context(), help);
     listen_to_window(redraw);
     opener.open_at_start();
 
@@ -69,8 +69,9 @@ pub(crate) fn App() -> impl IntoView {
     }
 }
 
-/// Every canvas is drawn again when the window is resized or the system switches between
-/// light and dark.
+/// Every canvas is drawn again when the window is resized, the system switches between
+/// light and dark, or the device pixel ratio changes (the window moved to another screen,
+/// or the page was zoomed).
 fn listen_to_window(redraw: Redraw) {
     let on_resize = window_event_listener(ev::resize, move |_| redraw.bump());
     let _ = on_resize;
@@ -79,6 +80,19 @@ fn listen_to_window(redraw: Redraw) {
         mq.set_onchange(Some(on_theme.as_ref().unchecked_ref()));
         on_theme.forget();
     }
+    watch_pixel_ratio(redraw);
+}
+
+/// Redraws once the pixel ratio leaves its current value, then watches the new one (a media
+/// query matches one ratio only).
+fn watch_pixel_ratio(redraw: Redraw) {
+    let query = format!("(resolution: {}dppx)", crate::draw::pixel_ratio());
+    let Some(mq) = web_sys::window().and_then(|w| w.match_media(&query).ok().flatten()) else { return };
+    let on_change = Closure::once_into_js(move || {
+        redraw.bump();
+        watch_pixel_ratio(redraw);
+    });
+    mq.set_onchange(Some(on_change.unchecked_ref()));
 }
 
 /// The mode switch and the view it shows. The timeline view stays in the page when hidden

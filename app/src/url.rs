@@ -1,5 +1,5 @@
-//! The URL's hash keeps the file, device, memory kind, window, event and pin: it follows
-//! the view, and a link's view comes back when its file is opened again.
+//! The URL's hash keeps the file, device, memory kind, window, memory range, event and pin:
+//! it follows the view, and a link's view comes back when its file is opened again.
 
 use engine::protocol::Kind;
 use leptos::prelude::*;
@@ -47,6 +47,11 @@ impl Restore {
             tab.end = b;
         }
         tab.event = get("event").and_then(|v| v.parse().ok());
+        tab.y = get("y").and_then(|v| {
+            let (a, b) = v.split_once('-')?;
+            let (a, b) = (a.parse::<u64>().ok()?, b.parse::<u64>().ok()?);
+            (b > a).then_some((a, b))
+        });
         messages.notice.set(None);
         get("pin").and_then(|v| v.parse::<u32>().ok())
     }
@@ -63,6 +68,9 @@ pub(crate) fn follow(docs: Docs, selection: Selection) {
             ("start", format!("{:.2}", t.start)),
             ("end", format!("{:.2}", t.end)),
         ];
+        if let Some((a, b)) = t.y {
+            pairs.push(("y", format!("{a}-{b}")));
+        }
         if let Some(e) = t.event {
             pairs.push(("event", e.to_string()));
         }

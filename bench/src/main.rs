@@ -93,7 +93,7 @@ fn child(kind: &str, path: &Path, runs: usize) -> anyhow::Result<()> {
             for k in 0..1000u32 {
                 let step = (u64::from(k) * u64::from(tl.n_steps()) / 1000) as u32;
                 let t = Instant::now();
-                std::hint::black_box(tl.element_at(step, tl.totals()[step as usize] / 3, min_bytes));
+                std::hint::black_box(tl.element_at(step, tl.totals()[step as usize] / 3));
                 hover.push(t.elapsed().as_secs_f64());
             }
             let t = Instant::now();

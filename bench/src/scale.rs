@@ -219,6 +219,8 @@ fn view_query(n: f64, whole: bool) -> ViewQuery {
         end,
         columns: 1500,
         rows: 600,
+        y: None,
+        baseline: true,
         totals_only: false,
         pinned: None,
         palette: PaletteVm::default(),
@@ -238,7 +240,7 @@ fn ask(e: &mut Engine, r: Request) -> Response {
 fn hit(i: &Input) -> Request {
     let step = i.blocks.n_steps() / 2;
     let bytes = i.blocks.totals()[step as usize] / 3;
-    Request::Hit { doc: 1, device: 0, kind: Kind::Blocks, step, bytes, rows: 600 }
+    Request::Hit { doc: 1, device: 0, kind: Kind::Blocks, step, bytes, slack: 0 }
 }
 
 fn details(i: &Input) -> Request {
@@ -291,7 +293,7 @@ fn checks() -> Vec<(String, Sample)> {
             per_call(|| {
                 for k in 1..20u32 {
                     let step = (u64::from(k) * u64::from(tl.n_steps()) / 20) as u32;
-                    black_box(tl.element_at(step, tl.totals()[step as usize] / 3, tl.peak_bytes() / 2400));
+                    black_box(tl.element_at(step, tl.totals()[step as usize] / 3));
                 }
             })
         }),

@@ -126,6 +126,11 @@ test('the category view of the example: stacked areas, legend toggles, breakdown
   const peakStep = Number(await page.locator('#timeline').getAttribute('data-peak-step'));
   const view = await page.evaluate(() => null);
   assert.equal(view, null);
+  // The memory axis from zero: the parameters lie at the bottom (from the baseline, the
+  // bottom of the plot is what lies above them).
+  await page.locator('#baseline').uncheck();
+  await page.waitForFunction(() => document.getElementById('y-range').textContent === '');
+  await settle();
   await page.mouse.move(tl.x + 76 + (tl.width - 90) * 0.3, tl.y + tl.height - 30);
   await page.waitForFunction(() => document.querySelector('#details tr[data-key="category"]'), null, { timeout: 10000 });
   assert.match(await page.locator('#details tr[data-key="category"] td').textContent(),

@@ -63,6 +63,10 @@ struct Lane {
     spans: Vec<SpanVm>,
     /// Search hits: a flag per element and their count.
     hits: Option<(Vec<bool>, u32)>,
+    /// The bands of the last view drawn (what a hover outlines).
+    drawn: Vec<BandVm>,
+    /// The baseline of the last window asked for: (start, end, columns) and its bytes.
+    baseline: Option<((u64, u64, u32), u64)>,
 }
 
 impl Lane {
@@ -75,7 +79,16 @@ impl Lane {
             .map(|i| (timeline.step_of_entry(i as u32), i as u32))
             .collect();
         let spans = spans(snap, &timeline, device);
-        Lane { timeline, ooms, spans, hits: None }
+        Lane { timeline, ooms, spans, hits: None, drawn: Vec::new(), baseline: None }
+    }
+
+    /// Where the last view drew `element` (nothing when it was not drawn on its own).
+    fn outline(&self, element: u32) -> Vec<OutlineVm> {
+        self.drawn
+            .iter()
+            .filter(|b| b.element == Some(element))
+            .map(|b| OutlineVm { first: b.first, last: b.last, offset: b.offset, size: b.size })
+            .collect()
     }
 }
 
@@ -242,11 +255,11 @@ impl Engine {
         };
         match req {
             Request::View(q) => Response::View(doc.view(&q)),
-            Request::Hit { device, kind, step, bytes, rows, .. } => {
+            Request::Hit { device, kind, step, bytes, slack, .. } => {
                 let lane = doc.lane(device, kind);
-                let y_max = lane.timeline.peak_bytes().max(1);
-                let el = lane.timeline.element_at(step, bytes, min_bytes(y_max, rows));
-                Response::Hit(el.and_then(|el| doc.details(device, kind, el)))
+                let el = lane.timeline.element_near(step, bytes, slack);
+                let outline = el.map_or_else(Vec::new, |el| lane.outline(el));
+                Response::Hit(el.and_then(|el| doc.details(device, kind, el)), outline)
             }
             Request::Details { device, kind, element, .. } => match doc.details(device, kind, element) {
                 Some(d) => Response::Details(d),
@@ -311,29 +324,23 @@ pub const SUBPIXEL: u64 = 4;
 /// Room above the highest total: the y axis ends at `y_max * HEADROOM`.
 pub const HEADROOM: f64 = 1.04;
 
-/// The smallest element drawn on its own when `y_max` bytes span `rows` pixel rows.
-pub fn min_bytes(y_max: u64, rows: u32) -> u64 {
-    (y_max / (u64::from(rows.max(1)) * SUBPIXEL)).max(1)
+/// The smallest element drawn on its own when `span` bytes span `rows` pixel rows.
+pub fn min_bytes(span: u64, rows: u32) -> u64 {
+    (span / (u64::from(rows.max(1)) * SUBPIXEL)).max(1)
 }
 
-/// A stable, distinct colour for an element: hues spaced by the golden angle.
-pub fn colour(seed: u32) -> u32 {
-    let h = (f64::from(seed) * 0.618_033_988_749_895).fract() * 6.0;
-    let (s, l) = (0.55, 0.58);
-    let c = (1.0 - (2.0 * l - 1.0f64).abs()) * s;
-    let x = c * (1.0 - (h % 2.0 - 1.0).abs());
-    let (r, g, b) = match h as u32 {
-        0 => (c, x, 0.0),
-        1 => (x, c, 0.0),
-        2 => (0.0, c, x),
-        3 => (0.0, x, c),
-        4 => (x, 0.0, c),
-        _ => (c, 0.0, x),
-    };
-    let m = l - c / 2.0;
-    let byte = |v: f64| ((v + m) * 255.0).round().clamp(0.0, 255.0) as u32;
-    (byte(r) << 16) | (byte(g) << 8) | byte(b)
+/// A baseline shorter than this share of the peak leaves the axis at zero: it would
+/// stretch the plot by less than a tenth.
+const BASELINE_SHARE: f64 = 0.1;
+
+/// The memory axis when the user has not zoomed it: from the baseline (`stable` bytes, when
+/// asked for and at least a tenth of the peak) or zero, to a little above the peak.
+pub fn natural_axis(peak: u64, stable: u64, baseline: bool) -> (u64, u64) {
+    let lo = if baseline && stable as f64 >= BASELINE_SHARE * peak as f64 { stable.min(peak) } else { 0 };
+    (lo, lo + ((peak - lo) as f64 * HEADROOM).ceil() as u64)
 }
+
+pub use snapshot::timeline::colour;
 
 impl Doc {
     /// Puts the analyses of `device` in line for the background, unless they are done or
@@ -480,9 +487,9 @@ impl Doc {
         self.lane(q.device, Kind::Blocks);
         self.lane(q.device, q.kind);
         self.schedule(q.device);
+        let blocks = &self.lanes[&(q.device, Kind::Blocks)].timeline;
         let lane = &self.lanes[&(q.device, q.kind)];
         let tl = &lane.timeline;
-        let blocks = &self.lanes[&(q.device, Kind::Blocks)].timeline;
         // Allocated bytes after the event behind a segment step (the two timelines count
         // steps differently, so they meet at trace entries).
         let allocated = |step: u32| -> Option<u64> {
@@ -494,10 +501,28 @@ impl Doc {
         let y_max = tl.peak_bytes().max(1);
         let n = f64::from(tl.n_steps());
         let (start, end) = if q.end > q.start { (q.start, q.end) } else { (0.0, n) };
-        // Elements down to 1/SUBPIXEL of a pixel row are drawn (thin bands blend into a
-        // texture, as in PyTorch's viewer, and stay hoverable); smaller ones are summarized.
-        let min_bytes = if q.totals_only { u64::MAX } else { min_bytes(y_max, q.rows) };
-        let lod = tl.lod(&LodQuery { start, end, columns: q.columns, min_bytes });
+        let hits = lane.hits.as_ref().map(|(h, _)| h.as_slice());
+        // Elements down to 1/SUBPIXEL of a pixel row are bands of their own (thin bands
+        // blend into a texture, as in PyTorch's viewer, and stay hoverable); runs of smaller
+        // ones are blended in their place in the stack.
+        let lod_of = |lo: u64, hi: u64| {
+            let min_bytes = if q.totals_only { u64::MAX } else { min_bytes(hi.saturating_sub(lo), q.rows) };
+            tl.lod_marked(&LodQuery { start, end, columns: q.columns, min_bytes }, hits)
+        };
+        let window = (start.to_bits(), end.to_bits(), q.columns);
+        let zoomed = q.y.filter(|y| y.1 > y.0);
+        let known = lane.baseline.filter(|b| b.0 == window).map(|b| b.1);
+        let (mut y_lo, mut y_top) = zoomed.unwrap_or_else(|| natural_axis(y_max, known.unwrap_or(0), q.baseline));
+        let mut lod = lod_of(y_lo, y_top);
+        if known.is_none() && zoomed.is_none() {
+            let axis = natural_axis(y_max, lod.stable_bytes, q.baseline);
+            if axis != (y_lo, y_top) {
+                // The first view of this window learns its baseline, then draws the finer picture.
+                (y_lo, y_top) = axis;
+                lod = lod_of(y_lo, y_top);
+            }
+        }
+        let stable_bytes = known.unwrap_or(lod.stable_bytes);
         let trace = self.snap.trace(q.device as usize);
         let trace_time = |step: u32| -> Option<i64> { tl.step_entry(step).and_then(|e| trace.time_us(e as usize)) };
         let columns: Vec<ColumnVm> = lod
@@ -511,31 +536,33 @@ impl Doc {
                 allocated: allocated(c.step),
             })
             .collect();
-        let els = tl.elements();
-        let bands: Vec<BandVm> = if q.totals_only {
-            Vec::new()
-        } else {
-            lod.bands
-                .iter()
-                .map(|b| BandVm {
-                    element: b.element,
-                    first: b.first_column,
-                    last: b.last_column,
-                    offset: b.offset_bytes,
-                    size: b.size_bytes,
-                    rgb: colour(els[b.element as usize].order),
-                    hit: lane.hits.as_ref().is_some_and(|(h, _)| h[b.element as usize]),
-                })
-                .collect()
-        };
+        let bands: Vec<BandVm> = lod
+            .bands
+            .iter()
+            .map(|b| BandVm {
+                element: b.element,
+                first: b.first_column,
+                last: b.last_column,
+                offset: b.offset_bytes,
+                size: b.size_bytes,
+                rgb: b.rgb,
+                hit_bytes: b.hit_bytes,
+            })
+            .collect();
         let pixels = if q.totals_only {
             Vec::new()
         } else {
             let p = &q.palette;
             let pal = raster::Palette { summarized: p.summarized, hit: p.hit, pinned: p.pinned, ..Default::default() };
-            let searching = lane.hits.is_some();
-            raster::raster(&bands, &columns, q.rows, y_max as f64 * HEADROOM, searching, q.pinned, &pal).rgba
+            let rows = raster::Rows { count: q.rows, lo: y_lo as f64, top: y_top as f64 };
+            raster::raster(&bands, &columns, rows, hits.is_some(), q.pinned, &pal).rgba
         };
+        if let Some(lane) = self.lanes.get_mut(&(q.device, q.kind)).filter(|_| !q.totals_only) {
+            lane.drawn = bands.clone();
+            lane.baseline = Some((window, stable_bytes));
+        }
+        let lane = &self.lanes[&(q.device, q.kind)];
+        let tl = &lane.timeline;
         // Only what the window shows: the page draws nothing else of them.
         let shown_ooms: Vec<(u32, u32)> =
             lane.ooms.iter().copied().filter(|&(o, _)| f64::from(o) + 1.0 >= start && f64::from(o) <= end).collect();
@@ -544,6 +571,9 @@ impl Doc {
             start,
             end,
             y_max,
+            y_lo,
+            y_top,
+            stable_bytes,
             peak_step: tl.peak_step(),
             peak_bytes: tl.peak_bytes(),
             columns,

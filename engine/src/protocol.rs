@@ -17,8 +17,11 @@ pub type DocId = u32;
 pub enum Request {
     /// The timeline drawn in a window of steps.
     View(ViewQuery),
-    /// The element drawn at `bytes` in the column that sampled `step` (hover and click).
-    Hit { doc: DocId, device: u32, kind: Kind, step: u32, bytes: u64, rows: u32 },
+    /// The element at `bytes` in the column that sampled `step` (hover and click): the one
+    /// there when it is at least `slack / 2` bytes (`slack` is half a pixel row: a quarter
+    /// row is drawn on its own), else the largest within `slack` bytes; and where the last
+    /// view drew it.
+    Hit { doc: DocId, device: u32, kind: Kind, step: u32, bytes: u64, slack: u64 },
     /// Everything known about one element (hover and pin).
     Details { doc: DocId, device: u32, kind: Kind, element: u32 },
     /// A page of the event list.
@@ -70,7 +73,7 @@ impl Request {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum Response {
     View(ViewModel),
-    Hit(Option<Details>),
+    Hit(Option<Details>, Vec<OutlineVm>),
     Details(Details),
     Events(EventPage),
     State(StateView),
@@ -174,8 +177,15 @@ pub struct ViewQuery {
     pub end: f64,
     /// Pixel columns.
     pub columns: u32,
-    /// Pixel rows of the plot: what is thinner than one row is summarized.
+    /// Pixel rows of the plot: elements thinner than a fraction of a row are blended with
+    /// their neighbours instead of drawn on their own.
     pub rows: u32,
+    /// The bytes the plot spans, bottom to top (y zoom); `None`: from 0 (or the baseline)
+    /// to a little above the peak.
+    pub y: Option<(u64, u64)>,
+    /// With no `y`, start the axis at the bytes that stay the same through the window
+    /// (when they are at least a tenth of the peak).
+    pub baseline: bool,
     /// Leave out bands (the minimap needs only the totals).
     pub totals_only: bool,
     /// Drawn in its own colour.
@@ -205,8 +215,14 @@ pub struct ViewModel {
     /// The window drawn (the query's, or the whole trace when the query's was empty).
     pub start: f64,
     pub end: f64,
-    /// Top of the y axis, bytes (the peak of the whole trace, so zooming keeps the scale).
+    /// The peak of the whole trace, bytes.
     pub y_max: u64,
+    /// Bytes at the bottom and at the top of the plot.
+    pub y_lo: u64,
+    pub y_top: u64,
+    /// Bytes at the bottom that stay the same through the window (the baseline, whether or
+    /// not the axis starts there).
+    pub stable_bytes: u64,
     pub peak_step: u32,
     pub peak_bytes: u64,
     pub columns: Vec<ColumnVm>,
@@ -231,7 +247,8 @@ pub struct ViewModel {
 pub struct ColumnVm {
     pub step: u32,
     pub total: u64,
-    /// Bytes drawn as bands; `total - drawn` is summarized on top.
+    /// Bytes drawn as bands (all of `total`, unless the trace disagrees with itself: the
+    /// rest is summarized on top in grey).
     pub drawn: u64,
     pub time_us: Option<i64>,
     /// Segment views: bytes allocated to tensors after the same event.
@@ -240,13 +257,24 @@ pub struct ColumnVm {
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct BandVm {
-    pub element: u32,
+    /// `None`: a blend of elements each thinner than a fraction of a pixel row.
+    pub element: Option<u32>,
     pub first: u32,
     pub last: u32,
     pub offset: u64,
     pub size: u64,
     pub rgb: u32,
-    pub hit: bool,
+    /// Bytes of search hits in it.
+    pub hit_bytes: u64,
+}
+
+/// Where a view drew one element: a run of columns at one offset.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OutlineVm {
+    pub first: u32,
+    pub last: u32,
+    pub offset: u64,
+    pub size: u64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

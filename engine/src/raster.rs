@@ -1,6 +1,7 @@
-//! Turns a view's bands into pixels, so the page only copies an image: each band adds its
-//! colour to the pixel rows it covers in proportion to the area it covers (thin bands blend,
-//! nothing is lost), then the summarized bytes of each column are added in grey on top.
+//! Turns a view's bands into pixels, so the page only copies an image: each band (an
+//! element, or a blend of elements too thin to draw alone) adds its colour to the pixel rows
+//! it covers in proportion to the area it covers (thin bands blend, nothing is lost). Grey
+//! is only for bytes no element accounts for.
 
 use crate::protocol::{BandVm, ColumnVm};
 
@@ -28,24 +29,34 @@ impl Default for Palette {
     }
 }
 
-/// Rasterizes `bands` and `columns` into `columns.len() x rows` pixels, `y_max` bytes at the
-/// top. `searching` dims what is not a hit; `pinned` paints one element in its own colour.
+/// The plot's pixel rows and the bytes they span.
+#[derive(Clone, Copy, Debug)]
+pub struct Rows {
+    pub count: u32,
+    /// Bytes at the bottom edge and at the top edge.
+    pub lo: f64,
+    pub top: f64,
+}
+
+/// Rasterizes `bands` and `columns` into `columns.len() x rows.count` pixels. `searching`
+/// dims what is not a hit (a blend shows its share of hits in the hit colour); `pinned`
+/// paints one element in its own colour.
 pub fn raster(
     bands: &[BandVm],
     columns: &[ColumnVm],
-    rows: u32,
-    y_max: f64,
+    rows: Rows,
     searching: bool,
     pinned: Option<u32>,
     pal: &Palette,
 ) -> Raster {
-    let (w, h) = (columns.len(), rows as usize);
+    let (w, h) = (columns.len(), rows.count as usize);
     // Premultiplied colour and coverage per pixel.
     let mut acc = vec![[0f32; 4]; w * h];
-    let scale = h as f64 / y_max.max(1.0);
-    let mut paint = |col: usize, lo: f64, hi: f64, rgb: u32, alpha: f32| {
-        let (y0, y1) = ((lo * scale).max(0.0), (hi * scale).min(h as f64));
-        if y1 <= y0 {
+    let scale = h as f64 / (rows.top - rows.lo).max(1.0);
+    let y_of = |bytes: f64| (bytes - rows.lo) * scale;
+    let mut paint = |col: usize, y0: f64, y1: f64, rgb: u32, alpha: f32| {
+        let (y0, y1) = (y0.max(0.0), y1.min(h as f64));
+        if y1 <= y0 || alpha <= 0.0 {
             return;
         }
         let (r, g, b) = (((rgb >> 16) & 255) as f32, ((rgb >> 8) & 255) as f32, (rgb & 255) as f32);
@@ -61,25 +72,28 @@ pub fn raster(
         }
     };
     for b in bands {
-        let (rgb, alpha) = if pinned == Some(b.element) {
-            (pal.pinned, 1.0)
+        let (y0, y1) = (y_of(b.offset as f64), y_of(b.offset as f64 + b.size as f64));
+        if y1 <= 0.0 || y0 >= h as f64 {
+            continue;
+        }
+        // (colour, opacity) layers: a blend with some hits shows them in proportion.
+        let hit = if b.size == 0 { 0.0 } else { b.hit_bytes as f32 / b.size as f32 };
+        let layers: [(u32, f32); 2] = if pinned.is_some() && pinned == b.element {
+            [(pal.pinned, 1.0), (0, 0.0)]
         } else if searching {
-            if b.hit {
-                (pal.hit, 1.0)
-            } else {
-                (b.rgb, pal.dimmed)
-            }
+            [(pal.hit, hit), (b.rgb, (1.0 - hit) * pal.dimmed)]
         } else {
-            (b.rgb, 1.0)
+            [(b.rgb, 1.0), (0, 0.0)]
         };
-        let (lo, hi) = (b.offset as f64, (b.offset + b.size) as f64);
         for col in b.first as usize..=(b.last as usize).min(w.saturating_sub(1)) {
-            paint(col, lo, hi, rgb, alpha);
+            for (rgb, alpha) in layers {
+                paint(col, y0, y1, rgb, alpha);
+            }
         }
     }
     for (col, c) in columns.iter().enumerate() {
         if c.total > c.drawn {
-            paint(col, c.drawn as f64, c.total as f64, pal.summarized, 1.0);
+            paint(col, y_of(c.drawn as f64), y_of(c.total as f64), pal.summarized, 1.0);
         }
     }
     let mut rgba = Vec::with_capacity(w * h * 4);
@@ -97,12 +111,16 @@ pub fn raster(
             ]);
         }
     }
-    Raster { width: w as u32, height: rows, rgba }
+    Raster { width: w as u32, height: rows.count, rgba }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn rows(count: u32, top: f64) -> Rows {
+        Rows { count, lo: 0.0, top }
+    }
 
     fn col(total: u64, drawn: u64) -> ColumnVm {
         ColumnVm { step: 0, total, drawn, time_us: None, allocated: None }
@@ -111,31 +129,58 @@ mod tests {
     #[test]
     fn bands_fill_their_rows_and_thin_ones_blend() {
         let bands = vec![
-            BandVm { element: 0, first: 0, last: 1, offset: 0, size: 50, rgb: 0xff0000, hit: false },
-            BandVm { element: 1, first: 1, last: 1, offset: 50, size: 25, rgb: 0x0000ff, hit: false },
-            BandVm { element: 2, first: 1, last: 1, offset: 75, size: 25, rgb: 0x00ff00, hit: false },
+            BandVm { element: Some(0), first: 0, last: 1, offset: 0, size: 50, rgb: 0xff0000, hit_bytes: 0 },
+            BandVm { element: Some(1), first: 1, last: 1, offset: 50, size: 25, rgb: 0x0000ff, hit_bytes: 0 },
+            BandVm { element: Some(2), first: 1, last: 1, offset: 75, size: 25, rgb: 0x00ff00, hit_bytes: 0 },
         ];
-        let r = raster(&bands, &[col(50, 50), col(100, 100)], 2, 100.0, false, None, &Palette::default());
+        let r = raster(&bands, &[col(50, 50), col(100, 100)], rows(2, 100.0), false, None, &Palette::default());
         let px = |x: usize, y: usize| &r.rgba[(y * 2 + x) * 4..(y * 2 + x) * 4 + 4];
         assert_eq!(px(0, 1), &[255, 0, 0, 255]); // bottom left: red
         assert_eq!(px(0, 0), &[0, 0, 0, 0]); // top left: empty
         assert_eq!(px(1, 0), &[0, 128, 128, 255]); // top right: blue and green half each
                                                    // Summarized bytes are grey on top of the drawn ones.
-        let r = raster(&bands[..1], &[col(100, 50), col(50, 50)], 2, 100.0, false, None, &Palette::default());
+        let r = raster(&bands[..1], &[col(100, 50), col(50, 50)], rows(2, 100.0), false, None, &Palette::default());
         assert_eq!(&r.rgba[0..4], &[0xa4, 0xaa, 0xb1, 255]);
     }
 
     #[test]
     fn search_dims_and_pin_marks() {
         let bands = vec![
-            BandVm { element: 0, first: 0, last: 0, offset: 0, size: 10, rgb: 0x00ff00, hit: true },
-            BandVm { element: 1, first: 1, last: 1, offset: 0, size: 10, rgb: 0x00ff00, hit: false },
+            BandVm { element: Some(0), first: 0, last: 0, offset: 0, size: 10, rgb: 0x00ff00, hit_bytes: 10 },
+            BandVm { element: Some(1), first: 1, last: 1, offset: 0, size: 10, rgb: 0x00ff00, hit_bytes: 0 },
         ];
         let pal = Palette::default();
-        let r = raster(&bands, &[col(10, 10), col(10, 10)], 1, 10.0, true, Some(1), &pal);
+        let r = raster(&bands, &[col(10, 10), col(10, 10)], rows(1, 10.0), true, Some(1), &pal);
         assert_eq!(&r.rgba[0..3], &[0xd3, 0x37, 0x2c]);
         assert_eq!(&r.rgba[4..7], &[0x1d, 0x1f, 0x23]);
-        let r = raster(&bands, &[col(10, 10), col(10, 10)], 1, 10.0, true, None, &pal);
+        let r = raster(&bands, &[col(10, 10), col(10, 10)], rows(1, 10.0), true, None, &pal);
         assert_eq!(r.rgba[7], 51, "a dimmed band is drawn at 20% opacity");
+    }
+    #[test]
+    fn a_memory_range_maps_its_bytes_onto_the_rows() {
+        // Bytes 50..100 on two rows: the band at 50..75 is the bottom row, 75..100 the top;
+        // the band below 50 is not drawn.
+        let bands = vec![
+            BandVm { element: Some(0), first: 0, last: 0, offset: 0, size: 50, rgb: 0xff0000, hit_bytes: 0 },
+            BandVm { element: Some(1), first: 0, last: 0, offset: 50, size: 25, rgb: 0x00ff00, hit_bytes: 0 },
+            BandVm { element: None, first: 0, last: 0, offset: 75, size: 25, rgb: 0x0000ff, hit_bytes: 0 },
+        ];
+        let r =
+            raster(&bands, &[col(100, 100)], Rows { count: 2, lo: 50.0, top: 100.0 }, false, None, &Palette::default());
+        assert_eq!(&r.rgba[0..4], &[0, 0, 255, 255]);
+        assert_eq!(&r.rgba[4..8], &[0, 255, 0, 255]);
+    }
+
+    #[test]
+    fn a_blend_shows_its_share_of_search_hits() {
+        let bands =
+            vec![BandVm { element: None, first: 0, last: 0, offset: 0, size: 100, rgb: 0x00ff00, hit_bytes: 100 }];
+        let pal = Palette::default();
+        let r = raster(&bands, &[col(100, 100)], rows(1, 100.0), true, None, &pal);
+        assert_eq!(&r.rgba[0..4], &[0xd3, 0x37, 0x2c, 255], "all hits: the hit colour");
+        let bands =
+            vec![BandVm { element: None, first: 0, last: 0, offset: 0, size: 100, rgb: 0x00ff00, hit_bytes: 0 }];
+        let r = raster(&bands, &[col(100, 100)], rows(1, 100.0), true, None, &pal);
+        assert_eq!(r.rgba[3], 51, "no hits: dimmed");
     }
 }

@@ -204,8 +204,204 @@ fn size_class(size: u64) -> usize {
     (64 - size.leading_zeros()) as usize
 }
 
+/// A stable, distinct colour for an element (seeded by its stacking order): hues spaced by
+/// the golden angle.
+pub fn colour(seed: u32) -> u32 {
+    let h = (f64::from(seed) * 0.618_033_988_749_895).fract() * 6.0;
+    let (s, l) = (0.55, 0.58);
+    let c = (1.0 - (2.0 * l - 1.0f64).abs()) * s;
+    let x = c * (1.0 - (h % 2.0 - 1.0).abs());
+    let (r, g, b) = match h as u32 {
+        0 => (c, x, 0.0),
+        1 => (x, c, 0.0),
+        2 => (0.0, c, x),
+        3 => (0.0, x, c),
+        4 => (x, 0.0, c),
+        _ => (c, 0.0, x),
+    };
+    let m = l - c / 2.0;
+    let byte = |v: f64| ((v + m) * 255.0).round().clamp(0.0, 255.0) as u32;
+    (byte(r) << 16) | (byte(g) << 8) | byte(b)
+}
+
+/// Bytes, colour and search hits of a run of elements too small to draw on their own.
+#[derive(Clone, Copy, Debug, Default)]
+struct Mix {
+    bytes: u64,
+    hit_bytes: u64,
+    /// Each channel times the bytes of its element, summed: exact, so a run that empties
+    /// again is empty.
+    rgb: [u128; 3],
+}
+
+impl Mix {
+    fn add(&mut self, size: u64, rgb: u32, hit: bool, sign: bool) {
+        let channels = [(rgb >> 16) & 255, (rgb >> 8) & 255, rgb & 255];
+        let apply = |x: u64, d: u64| if sign { x.saturating_add(d) } else { x.saturating_sub(d) };
+        self.bytes = apply(self.bytes, size);
+        if hit {
+            self.hit_bytes = apply(self.hit_bytes, size);
+        }
+        for (sum, ch) in self.rgb.iter_mut().zip(channels) {
+            let d = u128::from(size) * u128::from(ch);
+            *sum = if sign { sum.saturating_add(d) } else { sum.saturating_sub(d) };
+        }
+    }
+
+    fn merge(&mut self, o: &Mix) {
+        self.bytes = self.bytes.saturating_add(o.bytes);
+        self.hit_bytes = self.hit_bytes.saturating_add(o.hit_bytes);
+        for (a, b) in self.rgb.iter_mut().zip(o.rgb) {
+            *a = a.saturating_add(b);
+        }
+    }
+
+    /// The bytes-weighted mean colour.
+    fn colour(&self) -> u32 {
+        let b = u128::from(self.bytes.max(1));
+        let ch = |k: usize| ((self.rgb[k] + b / 2) / b).min(255) as u32;
+        (ch(0) << 16) | (ch(1) << 8) | ch(2)
+    }
+}
+
+/// The live stack during a sweep: the elements drawn on their own in stacking order, and
+/// the runs of smaller elements around them (`gaps[i]` lies just below `drawn[i]`, the last
+/// gap on top), each with its open band.
+#[derive(Debug)]
+struct Stack {
+    /// (order, element, its open band).
+    drawn: Vec<(u32, u32, usize)>,
+    gaps: Vec<(Mix, Option<usize>)>,
+}
+
+impl Default for Stack {
+    fn default() -> Self {
+        Stack { drawn: Vec::new(), gaps: vec![(Mix::default(), None)] }
+    }
+}
+
+impl Stack {
+    /// Closes the bands of `gaps[from..]` and `drawn[from..]` at the column before `c`.
+    fn close_from(&self, from: usize, c: u32, bands: &mut [Band]) {
+        let last = c.saturating_sub(1);
+        for &(_, _, band) in &self.drawn[from.min(self.drawn.len())..] {
+            bands[band].last_column = last;
+        }
+        for &(_, band) in &self.gaps[from.min(self.gaps.len())..] {
+            if let Some(band) = band {
+                bands[band].last_column = last;
+            }
+        }
+    }
+
+    /// The top of the stack: bytes below the last band.
+    fn top(&self, bands: &[Band]) -> u64 {
+        let band = self.gaps.last().and_then(|g| g.1).or_else(|| self.drawn.last().map(|d| d.2));
+        band.map_or(0, |b| bands[b].offset_bytes + bands[b].size_bytes)
+    }
+
+    /// Applies what changed before column `c` (sorted by order; an element that entered is
+    /// newer than everything alive before, so entering ones all go on top), closes the bands
+    /// that moved and opens their replacements. Returns the bytes below the lowest change.
+    fn apply(
+        &mut self,
+        changed: &[(u32, u32, bool)],
+        elements: &[Element],
+        min_bytes: u64,
+        hit: &impl Fn(u32) -> bool,
+        c: u32,
+        bands: &mut Vec<Band>,
+    ) -> u64 {
+        // The lowest gap index whose contents or position changed.
+        let mut from = usize::MAX;
+        let mut removed: Vec<usize> = Vec::new();
+        let mut entering = false;
+        for &(order, id, entered) in changed {
+            let e = &elements[id as usize];
+            if entered {
+                entering = true;
+            } else if e.size >= min_bytes {
+                if let Ok(i) = self.drawn.binary_search_by_key(&order, |d| d.0) {
+                    removed.push(i);
+                    from = from.min(i);
+                }
+            } else {
+                let g = self.drawn.partition_point(|d| d.0 < order);
+                self.gaps[g].0.add(e.size, colour(e.order), hit(id), false);
+                from = from.min(g);
+            }
+        }
+        if entering {
+            from = from.min(self.drawn.len());
+        }
+        if from == usize::MAX {
+            return u64::MAX;
+        }
+        self.close_from(from, c, bands);
+        let below = match from.checked_sub(1) {
+            Some(i) => bands[self.drawn[i].2].offset_bytes.saturating_add(bands[self.drawn[i].2].size_bytes),
+            None => 0,
+        };
+        let mut offset = below;
+        removed.sort_unstable();
+        let old_drawn = self.drawn.split_off(from);
+        let old_gaps = self.gaps.split_off(from);
+        let mut acc = old_gaps[0].0;
+        let mut r = 0;
+        for (k, d) in old_drawn.into_iter().enumerate() {
+            if r < removed.len() && removed[r] == from + k {
+                r += 1;
+                acc.merge(&old_gaps[k + 1].0);
+            } else {
+                self.gaps.push((acc, None));
+                self.drawn.push(d);
+                acc = old_gaps[k + 1].0;
+            }
+        }
+        for &(order, id, entered) in changed {
+            if !entered {
+                continue;
+            }
+            let e = &elements[id as usize];
+            if e.size >= min_bytes {
+                self.gaps.push((acc, None));
+                self.drawn.push((order, id, 0));
+                acc = Mix::default();
+            } else {
+                acc.add(e.size, colour(e.order), hit(id), true);
+            }
+        }
+        self.gaps.push((acc, None));
+        // New bands from `from` up.
+        let mut open = |element: Option<u32>, size: u64, rgb: u32, hit_bytes: u64, offset: &mut u64| {
+            bands.push(Band {
+                element,
+                first_column: c,
+                last_column: c,
+                offset_bytes: *offset,
+                size_bytes: size,
+                rgb,
+                hit_bytes,
+            });
+            *offset = offset.saturating_add(size);
+            bands.len() - 1
+        };
+        for i in from..self.gaps.len() {
+            let mix = self.gaps[i].0;
+            self.gaps[i].1 = (mix.bytes > 0).then(|| open(None, mix.bytes, mix.colour(), mix.hit_bytes, &mut offset));
+            if let Some(d) = self.drawn.get_mut(i) {
+                let e = &elements[d.1 as usize];
+                let hit_bytes = if hit(d.1) { e.size } else { 0 };
+                d.2 = open(Some(d.1), e.size, colour(e.order), hit_bytes, &mut offset);
+            }
+        }
+        below
+    }
+}
+
 /// A level-of-detail request: a window of steps drawn into `columns` pixel columns; elements
-/// smaller than `min_bytes` (one pixel) are summarized per column instead of drawn.
+/// smaller than `min_bytes` (a fraction of a pixel row) are blended with their neighbours
+/// in the stack instead of drawn on their own.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct LodQuery {
     /// First visible step (fractional).
@@ -214,7 +410,8 @@ pub struct LodQuery {
     pub end: f64,
     /// Pixel columns.
     pub columns: u32,
-    /// Smallest element drawn on its own.
+    /// Smallest element drawn as a band of its own; `u64::MAX` asks for the columns' totals
+    /// only (no bands).
     pub min_bytes: u64,
 }
 
@@ -223,9 +420,13 @@ pub struct LodQuery {
 pub struct Lod {
     /// One per pixel column.
     pub columns: Vec<LodColumn>,
-    /// Drawn bands: each is one element at one offset over a run of columns. A band ends
-    /// where its element ends or where something below it changes.
+    /// Drawn bands: each is one element (or one blend of small ones) at one offset over a
+    /// run of columns. A band ends where its contents end or where something below changes.
     pub bands: Vec<Band>,
+    /// Bytes at the bottom of the stack that stay the same in every column (what is alive
+    /// through the whole window and below everything that changes): where a y axis can
+    /// start without hiding anything that moves.
+    pub stable_bytes: u64,
 }
 
 /// What one pixel column shows: the state at the step with the highest total in its range.
@@ -235,17 +436,19 @@ pub struct LodColumn {
     pub step: u32,
     /// Live bytes at that step.
     pub total_bytes: u64,
-    /// Bytes of the drawn elements (the summarized band sits on top of them).
+    /// Bytes of the bands (elements and blends): the column's total, unless the trace's
+    /// totals disagree with its elements (then the rest is summarized on top).
     pub drawn_bytes: u64,
-    /// Bytes of elements too small to draw, stacked on top of the bands.
+    /// Bytes no band accounts for, stacked on top of the bands.
     pub summarized_bytes: u64,
 }
 
 /// One element at one offset over a run of columns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct Band {
-    /// Element index.
-    pub element: u32,
+    /// Element index; `None` for a blend of elements each smaller than the query's
+    /// `min_bytes` (a run of them between two drawn elements).
+    pub element: Option<u32>,
     /// First column.
     pub first_column: u32,
     /// Last column (inclusive).
@@ -254,6 +457,11 @@ pub struct Band {
     pub offset_bytes: u64,
     /// Its size.
     pub size_bytes: u64,
+    /// Its colour: the element's ([`colour`] of its order), or a blend's, its elements'
+    /// colours weighted by their bytes.
+    pub rgb: u32,
+    /// Bytes of search hits in it (the element's size when it is one).
+    pub hit_bytes: u64,
 }
 
 impl Timeline {
@@ -628,25 +836,50 @@ impl Timeline {
         out
     }
 
-    /// The element drawn at `bytes` above the axis after `step`, when elements smaller than
-    /// `min_bytes` are summarized (as in [`Timeline::lod`]).
-    pub fn element_at(&self, step: u32, bytes: u64, min_bytes: u64) -> Option<u32> {
+    /// The element at `bytes` above the axis after `step`: elements are stacked in their
+    /// order, every one of them, so the answer is the same whatever is drawn on its own.
+    pub fn element_at(&self, step: u32, bytes: u64) -> Option<u32> {
+        self.element_near(step, bytes, 0)
+    }
+
+    /// The element at `bytes` after `step` when it is at least `slack / 2` bytes (a quarter
+    /// of a pixel row when `slack` is half of one: what is drawn on its own), else the
+    /// largest one within `slack` bytes of `bytes`: a pointer over a row of blended thin
+    /// allocations finds the largest of them.
+    pub fn element_near(&self, step: u32, bytes: u64, slack: u64) -> Option<u32> {
+        let (lo, hi) = (bytes.saturating_sub(slack), bytes.saturating_add(slack));
         let mut offset = 0u64;
-        for id in self.live_at(step, min_bytes) {
+        let mut best: Option<(u64, u32)> = None;
+        for id in self.live_at(step, 1) {
             let size = self.elements[id as usize].size;
-            if bytes >= offset && bytes < offset + size {
+            let end = offset.saturating_add(size);
+            if bytes >= offset && bytes < end && size >= slack / 2 {
                 return Some(id);
             }
-            offset += size;
+            if end > lo && offset <= hi && best.is_none_or(|b| size > b.0) {
+                best = Some((size, id));
+            }
+            if offset > hi {
+                break;
+            }
+            offset = end;
         }
-        None
+        best.map(|b| b.1)
+    }
+
+    /// Answers a level-of-detail query with no search marks (see [`Timeline::lod_marked`]).
+    pub fn lod(&self, q: &LodQuery) -> Lod {
+        self.lod_marked(q, None)
     }
 
     /// Answers a level-of-detail query. Each column samples the step with the highest total
     /// in its range; columns are swept left to right applying only what changed between
     /// samples, so the cost follows the bands returned and the changes between columns, not
-    /// the length of the trace.
-    pub fn lod(&self, q: &LodQuery) -> Lod {
+    /// the length of the trace. Every live element keeps its place in the stack: those of at
+    /// least `min_bytes` are bands of their own, and each run of smaller ones between two of
+    /// them is one blended band, coloured by its elements' colours weighted by their bytes.
+    /// `hits` (by element) marks search matches: a blend counts the bytes of its hits.
+    pub fn lod_marked(&self, q: &LodQuery, hits: Option<&[bool]>) -> Lod {
         let mut out = Lod::default();
         let n = self.totals.len() as f64;
         let cols = q.columns.max(1);
@@ -655,24 +888,27 @@ impl Timeline {
             return out;
         }
         let min_bytes = q.min_bytes.max(1);
+        let hit = |id: u32| hits.is_some_and(|h| h.get(id as usize).copied().unwrap_or(false));
         // Per class: the index and two cursors (into the end order and the start order)
-        // that only move forward, since sampled steps increase from column to column.
+        // that only move forward, since sampled steps increase from column to column. With
+        // `min_bytes` at its maximum only the totals are asked for: no class is swept.
+        let totals_only = min_bytes == u64::MAX;
         let mut classes: Vec<(&ClassIndex, usize, usize)> =
-            self.classes[size_class(min_bytes)..].iter().filter(|c| !c.ids.is_empty()).map(|c| (c, 0, 0)).collect();
-        // Live drawn elements sorted by stacking order: (order, element, index of its open band).
-        let mut live: Vec<(u32, u32, usize)> = Vec::new();
-        let mut moved: Vec<(u32, u32, usize)> = Vec::new();
+            self.classes.iter().filter(|c| !c.ids.is_empty() && !totals_only).map(|c| (c, 0, 0)).collect();
+        let mut stack = Stack::default();
         let mut prev: Option<u32> = None;
-        let mut changed: Vec<(u32, Option<u32>)> = Vec::new();
+        // What changed between two samples: (order, element, entered).
+        let mut changed: Vec<(u32, u32, bool)> = Vec::new();
+        out.stable_bytes = u64::MAX;
         for c in 0..cols {
             let lo = q.start + width * f64::from(c);
             let hi = lo + width;
             if hi <= 0.0 || lo >= n {
                 // Outside the trace: an empty column closes every band.
-                for (_, _, band) in live.drain(..) {
-                    out.bands[band].last_column = c.saturating_sub(1);
-                }
+                stack.close_from(0, c, &mut out.bands);
+                stack = Stack::default();
                 prev = None;
+                out.stable_bytes = 0;
                 out.columns.push(LodColumn { step: 0, total_bytes: 0, drawn_bytes: 0, summarized_bytes: 0 });
                 continue;
             }
@@ -689,82 +925,36 @@ impl Timeline {
                     for (ci, end_cur, start_cur) in &mut classes {
                         let end_to = gallop(&ci.ends, *end_cur, step);
                         visit_range(&ci.min_start, ci.leaves, (*end_cur, end_to), &|start| start <= p, &mut |k| {
-                            let e = &self.elements[ci.by_end[k] as usize];
-                            if e.size >= min_bytes {
-                                changed.push((e.order, None));
-                            }
+                            let id = ci.by_end[k];
+                            changed.push((self.elements[id as usize].order, id, false));
                         });
                         *end_cur = end_to;
                         let start_to = gallop(&ci.starts, *start_cur, step);
                         visit_range(&ci.max_end, ci.leaves, (*start_cur, start_to), &|end| end > step, &mut |k| {
                             let id = ci.ids[k];
-                            let e = &self.elements[id as usize];
-                            if e.size >= min_bytes {
-                                changed.push((e.order, Some(id)));
-                            }
+                            changed.push((self.elements[id as usize].order, id, true));
                         });
                         *start_cur = start_to;
                     }
                 }
                 None => {
-                    for (_, _, band) in live.drain(..) {
-                        out.bands[band].last_column = c.saturating_sub(1);
-                    }
+                    stack.close_from(0, c, &mut out.bands);
+                    stack = Stack::default();
                     for (ci, end_cur, start_cur) in &mut classes {
-                        ci.stab(step, &mut |id| {
-                            let e = &self.elements[id as usize];
-                            if e.size >= min_bytes {
-                                changed.push((e.order, Some(id)));
-                            }
-                        });
+                        ci.stab(step, &mut |id| changed.push((self.elements[id as usize].order, id, true)));
                         *end_cur = ci.ends.partition_point(|&e| e <= step);
                         *start_cur = ci.starts.partition_point(|&s| s <= step);
                     }
                 }
             }
             if !changed.is_empty() {
-                // Everything at or above the lowest change moves: close those bands and lay
-                // them out again, merged with what entered and without what left.
-                changed.sort_unstable_by_key(|&(o, id)| (o, id.is_some()));
-                let split = live.partition_point(|&(o, _, _)| o < changed[0].0);
-                moved.clear();
-                moved.extend(live.drain(split..));
-                for &(_, _, band) in &moved {
-                    out.bands[band].last_column = c - 1;
-                }
-                let mut offset =
-                    live.last().map_or(0, |&(_, _, band)| out.bands[band].offset_bytes + out.bands[band].size_bytes);
-                let (mut i, mut j) = (0, 0);
-                while i < moved.len() || j < changed.len() {
-                    let (o, id) = if j >= changed.len() || (i < moved.len() && moved[i].0 < changed[j].0) {
-                        i += 1;
-                        (moved[i - 1].0, moved[i - 1].1)
-                    } else {
-                        j += 1;
-                        match changed[j - 1] {
-                            (o, Some(id)) => (o, id),
-                            (o, None) => {
-                                if i < moved.len() && moved[i].0 == o {
-                                    i += 1;
-                                }
-                                continue;
-                            }
-                        }
-                    };
-                    let size = self.elements[id as usize].size;
-                    out.bands.push(Band {
-                        element: id,
-                        first_column: c,
-                        last_column: c,
-                        offset_bytes: offset,
-                        size_bytes: size,
-                    });
-                    live.push((o, id, out.bands.len() - 1));
-                    offset += size;
+                changed.sort_unstable();
+                let from = stack.apply(&changed, &self.elements, min_bytes, &hit, c, &mut out.bands);
+                if prev.is_some() {
+                    out.stable_bytes = out.stable_bytes.min(from);
                 }
             }
-            let drawn =
-                live.last().map_or(0, |&(_, _, band)| out.bands[band].offset_bytes + out.bands[band].size_bytes);
+            let drawn = stack.top(&out.bands);
             let total = self.totals[step as usize];
             out.columns.push(LodColumn {
                 step,
@@ -774,8 +964,9 @@ impl Timeline {
             });
             prev = Some(step);
         }
-        for (_, _, band) in live {
-            out.bands[band].last_column = cols - 1;
+        stack.close_from(0, cols, &mut out.bands);
+        if out.stable_bytes == u64::MAX {
+            out.stable_bytes = out.columns.iter().map(|c| c.total_bytes).min().unwrap_or(0);
         }
         out
     }

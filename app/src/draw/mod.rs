@@ -55,10 +55,15 @@ impl Theme {
     }
 }
 
+/// Device pixels per CSS pixel (at least 1).
+pub fn pixel_ratio() -> f64 {
+    web_sys::window().map_or(1.0, |w| w.device_pixel_ratio()).max(1.0)
+}
+
 /// Sizes the canvas to its CSS box at the device's pixel ratio; returns the context and the
 /// CSS size.
 pub fn prepare(canvas: &HtmlCanvasElement) -> Option<(Ctx, f64, f64)> {
-    let dpr = web_sys::window().map_or(1.0, |w| w.device_pixel_ratio()).max(1.0);
+    let dpr = pixel_ratio();
     let (w, h) = (f64::from(canvas.client_width()), f64::from(canvas.client_height()));
     if w <= 0.0 || h <= 0.0 {
         return None;
@@ -139,14 +144,27 @@ pub const CHART_TOP: f64 = 10.0;
 
 /// Grid lines and byte labels up to `y_max`, ticks spaced for a highest value of `top`.
 fn y_grid(ctx: &Ctx, w: f64, top: u64, y_max: f64, y: &dyn Fn(f64) -> f64, th: &Theme) {
+    grid_lines(ctx, w, 0.0, y_max, byte_step(top.max(1)).max(1), y, th);
+}
+
+/// Grid lines and byte labels from `lo` to `hi` bytes (a zoomed or based memory axis).
+fn y_grid_range(ctx: &Ctx, w: f64, lo: f64, hi: f64, y: &dyn Fn(f64) -> f64, th: &Theme) {
+    grid_lines(ctx, w, lo, hi, byte_step(((hi - lo) / 1.04) as u64).max(1), y, th);
+}
+
+/// Grid lines and labels at the multiples of `step` from `lo` to `hi`.
+fn grid_lines(ctx: &Ctx, w: f64, lo: f64, hi: f64, step: u64, y: &dyn Fn(f64) -> f64, th: &Theme) {
     ctx.set_font("11px system-ui, sans-serif");
     ctx.set_text_baseline("middle");
     ctx.set_text_align("right");
-    let step = byte_step(top.max(1)).max(1);
     // Ticks by count, so that no total near u64::MAX (a hostile file) can wrap the sum.
-    let ticks = (y_max / step as f64).floor().clamp(0.0, 1000.0) as u64;
-    for k in 0..=ticks {
+    let first = (lo / step as f64).ceil().max(0.0) as u64;
+    let ticks = ((hi - lo) / step as f64).floor().clamp(0.0, 1000.0) as u64;
+    for k in first..=first.saturating_add(ticks) {
         let t = k.saturating_mul(step);
+        if t as f64 > hi {
+            break;
+        }
         let yy = y(t as f64).round() + 0.5;
         ctx.set_stroke_style_str(&th.grid);
         ctx.begin_path();
@@ -154,8 +172,18 @@ fn y_grid(ctx: &Ctx, w: f64, top: u64, y_max: f64, y: &dyn Fn(f64) -> f64, th: &
         ctx.line_to(w - RIGHT, yy);
         ctx.stroke();
         ctx.set_fill_style_str(&th.fg);
-        let _ = ctx.fill_text(&format_size(i128::from(t)), LEFT - 6.0, yy);
+        let _ = ctx.fill_text(&tick_label(t, step), LEFT - 6.0, yy);
     }
+}
+
+/// A byte tick's label with as many decimals as ticks `step` apart need to differ (a zoomed
+/// axis at 19 GiB with a tick every 128 MiB reads 19.00, 19.13, 19.25 GiB).
+pub fn tick_label(t: u64, step: u64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    let k = (0..units.len()).rev().find(|&k| t as f64 >= 1024f64.powi(k as i32)).unwrap_or(0);
+    let unit = 1024f64.powi(k as i32);
+    let decimals = if k == 0 { 0 } else { (unit / step.max(1) as f64).log10().ceil().clamp(1.0, 4.0) as usize };
+    format!("{:.*}{}", decimals, t as f64 / unit, units[k])
 }
 
 fn x_labels(ctx: &Ctx, w: f64, bottom: f64, lo: f64, hi: f64, th: &Theme, label: &dyn Fn(f64) -> String) {

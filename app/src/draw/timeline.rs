@@ -1,16 +1,20 @@
 //! The timeline (bands, lanes of OOMs and annotations, axes) and its minimap.
 
-use engine::protocol::ViewModel;
+use engine::protocol::{OutlineVm, ViewModel};
 use web_sys::HtmlCanvasElement;
 
 use super::*;
 
 /// What the timeline shows besides the view model.
-pub struct Overlay {
+pub struct Overlay<'a> {
     pub start: f64,
     pub end: f64,
     pub event_step: Option<u32>,
     pub time_axis: bool,
+    /// Where the allocation under the pointer is drawn.
+    pub outline: &'a [OutlineVm],
+    /// A drag on the memory axis: from and to (CSS y).
+    pub y_pick: Option<(f64, f64)>,
 }
 
 pub fn timeline(canvas: &HtmlCanvasElement, vm: &ViewModel, o: &Overlay, th: &Theme) {
@@ -19,20 +23,50 @@ pub fn timeline(canvas: &HtmlCanvasElement, vm: &ViewModel, o: &Overlay, th: &Th
     ctx.fill_rect(0.0, 0.0, w, h);
     let plot_h = h - TOP - BOTTOM;
     let bottom = h - BOTTOM;
-    let y_max = vm.y_max.max(1) as f64 * engine::HEADROOM;
-    let y = |bytes: f64| bottom - bytes / y_max * plot_h;
+    let (lo, top) = (vm.y_lo as f64, vm.y_top.max(vm.y_lo + 1) as f64);
+    let y = |bytes: f64| bottom - (bytes - lo) / (top - lo) * plot_h;
     let cols = vm.columns.len().max(1) as f64;
     let col_w = (w - LEFT - RIGHT) / cols;
     let x_of_step = |s: f64| LEFT + (s - o.start) / (o.end - o.start) * (w - LEFT - RIGHT);
 
-    y_grid(&ctx, w, vm.y_max, y_max, &y, th);
+    y_grid_range(&ctx, w, lo, top, &y, th);
 
-    // The bands, summaries, search hits and pin, rasterized by the engine.
+    // The bands, blends, search hits and pin, rasterized by the engine at the device's
+    // pixels: copied, not resampled.
     let (n_cols, n_rows) = (vm.columns.len() as u32, (vm.pixels.len() / 4 / vm.columns.len().max(1)) as u32);
     if n_cols > 0 && n_rows > 0 {
         if let Some(img) = image(&vm.pixels, n_cols, n_rows) {
+            ctx.set_image_smoothing_enabled(false);
             let _ = ctx.draw_image_with_html_canvas_element_and_dw_and_dh(&img, LEFT, TOP, w - LEFT - RIGHT, plot_h);
+            ctx.set_image_smoothing_enabled(true);
         }
+    }
+    // The allocation under the pointer, outlined where it is drawn.
+    if !o.outline.is_empty() {
+        ctx.save();
+        ctx.begin_path();
+        ctx.rect(LEFT, TOP, w - LEFT - RIGHT, plot_h);
+        ctx.clip();
+        ctx.set_line_width(1.5);
+        for b in o.outline {
+            let (x0, x1) = (LEFT + f64::from(b.first) * col_w, LEFT + f64::from(b.last + 1) * col_w);
+            let (y0, y1) = (y((b.offset + b.size) as f64), y(b.offset as f64));
+            let hgt = (y1 - y0).max(1.0);
+            ctx.set_stroke_style_str(&th.bg);
+            ctx.stroke_rect(x0 - 1.0, y0 - 1.0, x1 - x0 + 2.0, hgt + 2.0);
+            ctx.set_stroke_style_str(&th.fg);
+            ctx.stroke_rect(x0, y0, x1 - x0, hgt);
+        }
+        ctx.restore();
+        ctx.set_line_width(1.0);
+    }
+    // A memory range being picked on the axis.
+    if let Some((a, b)) = o.y_pick {
+        let (a, b) = (a.min(b).max(TOP), a.max(b).min(bottom));
+        ctx.set_fill_style_str(&th.accent);
+        ctx.set_global_alpha(0.15);
+        ctx.fill_rect(LEFT, a, w - LEFT - RIGHT, b - a);
+        ctx.set_global_alpha(1.0);
     }
     let legend = vm.columns.iter().any(|c| c.allocated.is_some());
     if legend {
@@ -156,7 +190,9 @@ pub fn timeline(canvas: &HtmlCanvasElement, vm: &ViewModel, o: &Overlay, th: &Th
     }
 }
 
-pub fn minimap(canvas: &HtmlCanvasElement, vm: &ViewModel, start: f64, end: f64, th: &Theme) {
+/// The whole trace's totals, with the window shown: its steps and (`y`, bytes) its memory
+/// range.
+pub fn minimap(canvas: &HtmlCanvasElement, vm: &ViewModel, start: f64, end: f64, y: (f64, f64), th: &Theme) {
     let Some((ctx, w, h)) = prepare(canvas) else { return };
     ctx.set_fill_style_str(&th.bg);
     ctx.fill_rect(0.0, 0.0, w, h);
@@ -170,12 +206,14 @@ pub fn minimap(canvas: &HtmlCanvasElement, vm: &ViewModel, start: f64, end: f64,
     }
     let n = f64::from(vm.n_steps.max(1));
     let (x0, x1) = (LEFT + start / n * (w - LEFT - RIGHT), LEFT + end / n * (w - LEFT - RIGHT));
+    let y_of = |bytes: f64| (h - bytes / y_max * (h - 4.0)).clamp(0.0, h);
+    let (y0, y1) = (y_of(y.1), y_of(y.0));
     ctx.set_fill_style_str(&th.accent);
     ctx.set_global_alpha(0.18);
-    ctx.fill_rect(x0, 0.0, (x1 - x0).max(2.0), h);
+    ctx.fill_rect(x0, y0, (x1 - x0).max(2.0), (y1 - y0).max(2.0));
     ctx.set_global_alpha(1.0);
     ctx.set_stroke_style_str(&th.accent);
-    ctx.stroke_rect(x0 + 0.5, 0.5, (x1 - x0).max(2.0) - 1.0, h - 1.0);
+    ctx.stroke_rect(x0 + 0.5, y0 + 0.5, (x1 - x0).max(2.0) - 1.0, (y1 - y0).max(2.0) - 1.0);
     ctx.set_fill_style_str(&th.fg);
     ctx.set_font("11px system-ui, sans-serif");
     ctx.set_text_align("right");

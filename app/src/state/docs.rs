@@ -16,13 +16,15 @@ pub(crate) struct Tab {
     pub(crate) n_steps: u32,
     /// The event selected in the event list (the allocator state is shown after it).
     pub(crate) event: Option<u32>,
+    /// The bytes the timeline spans, bottom to top, when the user zoomed the memory axis.
+    pub(crate) y: Option<(u64, u64)>,
 }
 
 impl Tab {
     /// A file just opened, on its default device, the whole trace.
     pub(crate) fn new(info: DocInfo) -> Tab {
         let device = info.default_device.unwrap_or(0);
-        Tab { info, device, kind: Kind::Blocks, start: 0.0, end: 0.0, n_steps: 0, event: None }
+        Tab { info, device, kind: Kind::Blocks, start: 0.0, end: 0.0, n_steps: 0, event: None, y: None }
     }
 
     /// Whether the device shown recorded wall-clock times.

@@ -60,6 +60,7 @@ impl Nav {
             t.device = device;
             t.start = 0.0;
             t.end = 0.0;
+            t.y = None;
             t.event = None;
         });
     }
@@ -72,6 +73,7 @@ impl Nav {
             t.kind = kind;
             t.start = 0.0;
             t.end = 0.0;
+            t.y = None;
         });
     }
 }

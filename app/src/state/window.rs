@@ -1,7 +1,11 @@
-//! The timeline window of the tab shown: zoom, pan, a chosen range, an allocation in view.
-//! Every move keeps the window inside the trace and at least four steps wide.
+//! The timeline window of the tab shown: zoom, pan, a chosen range, an allocation in view;
+//! and the memory (y) axis: zoom and reset. Every move keeps the window inside the trace and
+//! at least four steps wide, and the memory range at least a thousand bytes tall.
 
 use super::Docs;
+
+/// The thinnest memory range the axis shows, bytes.
+const MIN_Y_SPAN: f64 = 1000.0;
 
 /// Moves the shown tab's window.
 #[derive(Clone, Copy)]
@@ -74,6 +78,36 @@ impl Window {
             t.start = 0.0;
             t.end = f64::from(t.n_steps);
         });
+    }
+
+    /// Shows bytes `lo` to `hi` (either order) on the memory axis.
+    pub(crate) fn set_y(self, lo: f64, hi: f64) {
+        let (lo, hi) = (lo.min(hi).max(0.0), lo.max(hi).max(0.0));
+        let hi = hi.max(lo + MIN_Y_SPAN);
+        self.docs.edit(|t| t.y = Some((lo as u64, hi as u64)));
+    }
+
+    /// Zooms the memory axis by `factor` (below 1 zooms in) around `anchor` bytes (else the
+    /// middle); `shown` is the range on screen now, `natural` the range unzoomed (from zero
+    /// or the baseline). Zooming out as far as that resets.
+    pub(crate) fn zoom_y(self, factor: f64, anchor: Option<f64>, shown: (u64, u64), natural: (u64, u64)) {
+        let (lo, hi) = (shown.0 as f64, shown.1 as f64);
+        let at = anchor.unwrap_or((lo + hi) / 2.0);
+        let span = ((hi - lo) * factor).max(MIN_Y_SPAN);
+        if span >= (natural.1 - natural.0) as f64 * 0.999 {
+            self.reset_y();
+            return;
+        }
+        let frac = if hi > lo { (at - lo) / (hi - lo) } else { 0.5 };
+        let lo = (at - span * frac).clamp(natural.0 as f64, (natural.1 as f64 - span).max(natural.0 as f64));
+        self.set_y(lo, lo + span);
+    }
+
+    /// The memory axis from zero (or the baseline) to the peak again.
+    pub(crate) fn reset_y(self) {
+        if self.docs.tab_untracked().is_some_and(|t| t.y.is_some()) {
+            self.docs.edit(|t| t.y = None);
+        }
     }
 
     /// An allocation's lifetime with as much again on each side.

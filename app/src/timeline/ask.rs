@@ -13,10 +13,12 @@ use crate::draw;
 use crate::state::{Allocator, Docs, Plot, Redraw, Selection};
 
 /// Everything a timeline view depends on: the file, device, kind, window (bits) and pinned
-/// element; the plot's columns, rows and redraw count; the theme's colours.
+/// element; the memory range and baseline; the plot's columns, rows and redraw count; the
+/// theme's colours.
 #[derive(Clone, Copy, PartialEq)]
 struct ViewKey {
     window: (DocId, u32, Kind, u64, u64, Option<u32>),
+    memory: (Option<(u64, u64)>, bool),
     pixels: (u32, u32, u32),
     palette: (u32, u32, u32),
 }
@@ -45,7 +47,7 @@ pub(super) fn views() {
     let answered = StoredValue::new(None::<ViewKey>);
     let view_key = Memo::new(move |_| {
         let pinned = selection.pinned_element();
-        docs.tab().map(|t| (t.info.doc, t.device, t.kind, t.start.to_bits(), t.end.to_bits(), pinned))
+        docs.tab().map(|t| (t.info.doc, t.device, t.kind, t.start.to_bits(), t.end.to_bits(), pinned, t.y))
     });
     Effect::new(move |_| {
         let Some(key) = view_key.get() else { return };
@@ -61,8 +63,10 @@ pub(super) fn views() {
         }
         let palette = palette();
         let (cols, rows) = (plot_columns(), plot_rows());
+        let baseline = plot.baseline.get();
         let asked = move |start: f64, end: f64| ViewKey {
             window: (key.0, key.1, key.2, start.to_bits(), end.to_bits(), key.5),
+            memory: (key.6, baseline),
             pixels: (cols, rows, size),
             palette: (palette.summarized, palette.hit, palette.pinned),
         };
@@ -79,6 +83,8 @@ pub(super) fn views() {
             end: t.end,
             columns: cols,
             rows,
+            y: key.6,
+            baseline,
             totals_only: false,
             pinned: key.5,
             palette,
@@ -103,6 +109,8 @@ pub(super) fn views() {
                 }
                 // The frame is timed when this answer is drawn, not at a redraw of the old one.
                 plot.view_sent.set_value(sent);
+                // The outline was of the old picture.
+                plot.outline.set(Vec::new());
                 plot.view.set(Some(v));
             }
         });
@@ -126,6 +134,8 @@ pub(super) fn minimap() {
                 end: 0.0,
                 columns: cols,
                 rows: 1,
+                y: None,
+                baseline: false,
                 totals_only: true,
                 pinned: None,
                 palette: PaletteVm::default(),
@@ -147,8 +157,17 @@ pub(super) fn paint() {
         let th = draw::Theme::read();
         plot.view.with(|v| {
             let (Some(v), Some(t), Some(c)) = (v, t.as_ref(), canvas_by_id("timeline")) else { return };
-            let o = draw::Overlay { start: v.start, end: v.end, event_step, time_axis: time_axis && t.has_time() };
-            draw::timeline(&c, v, &o, &th);
+            plot.outline.with(|outline| {
+                let o = draw::Overlay {
+                    start: v.start,
+                    end: v.end,
+                    event_step,
+                    time_axis: time_axis && t.has_time(),
+                    outline,
+                    y_pick: plot.y_pick.get(),
+                };
+                draw::timeline(&c, v, &o, &th);
+            });
             let sent = plot.view_sent.get_value();
             if sent > 0.0 {
                 plot.view_sent.set_value(0.0);
@@ -161,10 +180,11 @@ pub(super) fn paint() {
                 }
             }
         });
+        let y = plot.view.with(|v| v.as_ref().map(|v| (v.y_lo as f64, v.y_top as f64)));
         plot.overview.with(|v| {
             let (Some(v), Some(c)) = (v, canvas_by_id("minimap")) else { return };
             let (a, b) = t.as_ref().map_or((0.0, 0.0), |t| (t.start, t.end));
-            draw::minimap(&c, v, a, b, &th);
+            draw::minimap(&c, v, a, b, y.unwrap_or((0.0, v.y_max as f64 * engine::HEADROOM)), &th);
         });
     });
 }

@@ -32,12 +32,16 @@ pub(crate) fn Timeline() -> impl IntoView {
     }
 }
 
-/// The plot's width in pixel columns (the canvas less its axes).
+/// The plot's width in device pixel columns (the canvas less its axes).
 fn plot_columns() -> u32 {
-    canvas_by_id("timeline").map_or(800, |c| (f64::from(c.client_width()) - draw::LEFT - draw::RIGHT).max(10.0) as u32)
+    let css =
+        canvas_by_id("timeline").map_or(800.0, |c| (f64::from(c.client_width()) - draw::LEFT - draw::RIGHT).max(10.0));
+    (css * draw::pixel_ratio()).round() as u32
 }
 
-/// The plot's height in pixel rows.
+/// The plot's height in device pixel rows.
 fn plot_rows() -> u32 {
-    canvas_by_id("timeline").map_or(300, |c| (f64::from(c.client_height()) - draw::TOP - draw::BOTTOM) as u32)
+    let css =
+        canvas_by_id("timeline").map_or(300.0, |c| (f64::from(c.client_height()) - draw::TOP - draw::BOTTOM).max(1.0));
+    (css * draw::pixel_ratio()).round() as u32
 }

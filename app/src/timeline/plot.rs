@@ -1,6 +1,8 @@
-//! The timeline canvas and its pointer: hover shows an allocation's details, a click pins
-//! it, a drag pans, the wheel zooms around the pointer (pans with shift or sideways), and a
-//! click on an OOM's mark in the top lane opens the doctor at that OOM.
+//! The timeline canvas and its pointer: hover shows an allocation's details (and outlines
+//! it), a click pins it, a drag pans, the wheel zooms around the pointer (pans with shift or
+//! sideways; zooms the memory axis with alt), a drag on the memory axis zooms to the bytes it
+//! covers (a click there resets), and a click on an OOM's mark in the top lane opens the
+//! doctor at that OOM.
 
 use engine::protocol::{Request, Response};
 use leptos::prelude::*;
@@ -11,6 +13,18 @@ use crate::doctor::Doctor;
 use crate::dom::{canvas_by_id, now, record};
 use crate::draw;
 use crate::state::{Docs, Plot as Shown, Selection, Window};
+
+/// The bytes at y (CSS pixels) of the timeline canvas, and half a pixel row in bytes.
+fn bytes_at(shown: Shown, y: f64) -> Option<(f64, u64)> {
+    let c = canvas_by_id("timeline")?;
+    let plot_h = f64::from(c.client_height()) - draw::TOP - draw::BOTTOM;
+    shown.view.with_untracked(|v| {
+        let v = v.as_ref()?;
+        let span = v.y_top.saturating_sub(v.y_lo).max(1) as f64;
+        let bytes = v.y_lo as f64 + (draw::TOP + plot_h - y) / plot_h * span;
+        Some((bytes, (span / plot_h / 2.0) as u64))
+    })
+}
 
 /// Hit tests run in the worker, one at a time: a move while one is out is remembered and
 /// asked next, so the worker never queues stale positions.
@@ -32,14 +46,13 @@ impl Hits {
         }
         let Some(c) = canvas_by_id("timeline") else { return };
         let Some(t) = self.docs.tab_untracked() else { return };
-        let (w, h) = (f64::from(c.client_width()), f64::from(c.client_height()));
+        let w = f64::from(c.client_width());
+        let (bytes, slack) = bytes_at(self.shown, y).unwrap_or((-1.0, 0));
         let found = self.shown.view.with_untracked(|v| {
             let v = v.as_ref()?;
             let cols = v.columns.len().max(1) as f64;
             let col = ((x - draw::LEFT) / ((w - draw::LEFT - draw::RIGHT) / cols)).floor();
-            let bytes =
-                (h - draw::BOTTOM - y) / (h - draw::TOP - draw::BOTTOM) * v.y_max.max(1) as f64 * engine::HEADROOM;
-            if col < 0.0 || col >= cols || bytes < 0.0 {
+            if col < 0.0 || col >= cols || bytes < 0.0 || y > f64::from(c.client_height()) - draw::BOTTOM {
                 return None;
             }
             Some((v.columns[col as usize].step, bytes as u64))
@@ -50,18 +63,22 @@ impl Hits {
                 sel.pinned.set(None);
             } else if sel.hover.with_untracked(Option::is_some) {
                 sel.hover.set(None);
+                self.shown.outline.set(Vec::new());
             }
             return;
         };
-        let rows = (h - draw::TOP - draw::BOTTOM) as u32;
         self.busy.set_value(true);
         spawn_local(async move {
             let t0 = now();
-            let r =
-                worker().ask(Request::Hit { doc: t.info.doc, device: t.device, kind: t.kind, step, bytes, rows }).await;
+            let r = worker()
+                .ask(Request::Hit { doc: t.info.doc, device: t.device, kind: t.kind, step, bytes, slack })
+                .await;
             self.busy.set_value(false);
-            if let Response::Hit(d) = r {
+            if let Response::Hit(d, outline) = r {
                 record("details", now() - t0);
+                if !pin && self.shown.outline.with_untracked(|o| *o != outline) {
+                    self.shown.outline.set(outline);
+                }
                 if pin {
                     sel.pinned.set(d);
                 } else if sel.hover.with_untracked(|h| h.as_ref().map(|x| x.element)) != d.as_ref().map(|x| x.element) {
@@ -108,8 +125,15 @@ pub(super) fn Plot() -> impl IntoView {
     let hits = Hits { busy: StoredValue::new(false), next: StoredValue::new(None), docs, shown, selection };
     // Where a press began: x, the window then, and whether it has moved (a drag, not a click).
     let drag = StoredValue::new(None::<(f64, f64, f64, bool)>);
+    // A press on the memory axis: the y it began at and where the pointer is now.
+    let y_drag = StoredValue::new(None::<(f64, f64)>);
     let on_move = move |e: web_sys::MouseEvent| {
         let (x, y) = (f64::from(e.offset_x()), f64::from(e.offset_y()));
+        if let Some((y0, _)) = y_drag.get_value() {
+            y_drag.set_value(Some((y0, y)));
+            shown.y_pick.set(Some((y0, y)));
+            return;
+        }
         if let Some((x0, a, b, moved)) = drag.get_value() {
             if (x - x0).abs() > 3.0 || moved {
                 drag.set_value(Some((x0, a, b, true)));
@@ -124,11 +148,25 @@ pub(super) fn Plot() -> impl IntoView {
         hits.ask(x, y, false);
     };
     let on_down = move |e: web_sys::MouseEvent| {
+        let (x, y) = (f64::from(e.offset_x()), f64::from(e.offset_y()));
+        if x < draw::LEFT && y > draw::TOP {
+            y_drag.set_value(Some((y, y)));
+            return;
+        }
         if let Some(t) = docs.tab_untracked() {
             drag.set_value(Some((f64::from(e.offset_x()), t.start, t.end, false)));
         }
     };
     let on_up = move |e: web_sys::MouseEvent| {
+        if let Some((y0, y1)) = y_drag.get_value() {
+            y_drag.set_value(None);
+            shown.y_pick.set(None);
+            match (bytes_at(shown, y0), bytes_at(shown, y1)) {
+                (Some(a), Some(b)) if (y1 - y0).abs() > 3.0 => window.set_y(a.0, b.0),
+                _ => window.reset_y(),
+            }
+            return;
+        }
         let moved = drag.get_value().is_some_and(|d| d.3);
         drag.set_value(None);
         if moved {
@@ -147,7 +185,13 @@ pub(super) fn Plot() -> impl IntoView {
         e.prevent_default();
         let anchor = step_at(docs, f64::from(e.offset_x()));
         let dy = e.delta_y();
-        if e.shift_key() || e.delta_x().abs() > dy.abs() {
+        if e.alt_key() {
+            let factor = (dy / 300.0).exp().clamp(0.25, 4.0);
+            let at = bytes_at(shown, f64::from(e.offset_y())).map(|b| b.0);
+            if let Some((range, natural)) = shown.memory_ranges() {
+                window.zoom_y(factor, at, range, natural);
+            }
+        } else if e.shift_key() || e.delta_x().abs() > dy.abs() {
             let d = if e.delta_x().abs() > dy.abs() { e.delta_x() } else { dy };
             window.pan(window.width() * d / 1000.0);
         } else {
@@ -157,6 +201,12 @@ pub(super) fn Plot() -> impl IntoView {
     view! {
         <canvas id="timeline" data-peak-step=move || shown.view.with(|v| v.as_ref().map(|v| v.peak_step.to_string()))
             on:mousemove=on_move on:mousedown=on_down on:mouseup=on_up
-            on:mouseleave=move |_| { drag.set_value(None); selection.hover.set(None); } on:wheel=on_wheel></canvas>
+            on:mouseleave=move |_| {
+                drag.set_value(None);
+                y_drag.set_value(None);
+                shown.y_pick.set(None);
+                selection.hover.set(None);
+                shown.outline.set(Vec::new());
+            } on:wheel=on_wheel></canvas>
     }
 }

@@ -1,5 +1,6 @@
-//! The timeline's toolbar: device, memory kind, x axis, *Jump to peak*, *Whole trace*, and
-//! the exports (a PNG of the plot, an offline page of the file), and the search.
+//! The timeline's toolbar: device, memory kind, x axis, *Jump to peak*, *Whole trace*, the
+//! memory axis (baseline, the range shown, its reset), the exports (a PNG of the plot, an
+//! offline page of the file), and the search.
 
 use engine::protocol::Kind;
 use leptos::prelude::*;
@@ -10,6 +11,7 @@ use crate::client::worker;
 use crate::dom::canvas_by_id;
 use crate::search::SearchBar;
 use crate::state::{Docs, Messages, Nav, Plot, Window};
+use snapshot::stats::format_size;
 
 #[component]
 pub(super) fn Toolbar() -> impl IntoView {
@@ -45,10 +47,39 @@ pub(super) fn Toolbar() -> impl IntoView {
                 }
             }>"Jump to peak"</button>
             <button id="whole" on:click=move |_| window.whole()>"Whole trace"</button>
+            <MemoryAxis/>
             <Exports/>
             <span class="spacer"></span>
             <SearchBar/>
         </div>
+    }
+}
+
+/// The memory axis: the baseline toggle, the range shown when it does not start at zero, and
+/// a reset when the user zoomed it.
+#[component]
+fn MemoryAxis() -> impl IntoView {
+    let (docs, plot, window) = (expect_context::<Docs>(), expect_context::<Plot>(), expect_context::<Window>());
+    let zoomed = move || docs.tab().is_some_and(|t| t.y.is_some());
+    let range = move || {
+        plot.view.with(|v| {
+            v.as_ref().filter(|v| v.y_lo > 0).map(|v| {
+                let how = if zoomed() { "memory zoomed" } else { "from the baseline" };
+                let size = |b: u64| format_size(i128::from(b));
+                format!("memory {} to {} ({how})", size(v.y_lo), size(v.y_top))
+            })
+        })
+    };
+    view! {
+        <label title="Start the memory axis at what stays alive through the window (parameters, optimizer state), so what moves fills the plot">
+            <input type="checkbox" id="baseline" prop:checked=move || plot.baseline.get()
+                on:change=move |e| plot.baseline.set(event_target_checked(&e))/>
+            " Baseline"
+        </label>
+        <span id="y-range">{range}</span>
+        <Show when=zoomed>
+            <button id="reset-y" title="The whole memory axis again (X)" on:click=move |_| window.reset_y()>"Reset memory axis"</button>
+        </Show>
     }
 }
 

@@ -28,6 +28,8 @@ fn view(e: &mut Engine, doc: DocId, device: u32, kind: Kind, start: f64, end: f6
         end,
         columns,
         rows: 300,
+        y: None,
+        baseline: false,
         totals_only: false,
         pinned: None,
         palette: PaletteVm::default(),
@@ -73,25 +75,37 @@ fn views_draw_what_the_timeline_holds() {
         let mut top = 0;
         for b in &in_col {
             assert_eq!(b.offset, top, "bands stack without gaps in column {c}");
-            assert!(b.size >= min_bytes);
+            // An element of its own is at least a quarter row; a blend holds smaller ones.
+            assert!(b.element.is_none() || b.size >= min_bytes);
             top += b.size;
         }
         let col = &v.columns[c as usize];
         assert_eq!(top, col.drawn);
-        assert!(col.drawn <= col.total);
-        // What the page's hit test finds is what is drawn there.
-        if let Some(b) = in_col.get(in_col.len() / 2) {
+        assert_eq!(col.drawn, col.total, "every byte is an element's or a blend's");
+        // What the page's hit test finds is what is drawn there, and its outline is where
+        // the view drew it.
+        if let Some(b) = in_col.iter().filter(|b| b.element.is_some()).nth(3) {
             let r = e.handle(Request::Hit {
                 doc: info.doc,
                 device: 0,
                 kind: Kind::Blocks,
                 step: col.step,
                 bytes: b.offset + b.size / 2,
-                rows: 300,
+                slack: 0,
             });
-            assert!(matches!(r, Response::Hit(Some(d)) if d.element == b.element));
+            let Response::Hit(Some(d), outline) = r else { panic!("{r:?}") };
+            assert_eq!(Some(d.element), b.element);
+            let mine: Vec<OutlineVm> = v
+                .bands
+                .iter()
+                .filter(|x| x.element == b.element)
+                .map(|x| OutlineVm { first: x.first, last: x.last, offset: x.offset, size: x.size })
+                .collect();
+            assert_eq!(outline, mine);
+            assert!(outline.iter().any(|o| o.first <= c && c <= o.last && o.offset == b.offset));
         }
     }
+    assert!(v.bands.iter().any(|b| b.element.is_none()), "the example has allocations thinner than a quarter row");
     // The pixels: the plot area, painted where the columns hold memory.
     assert_eq!(v.pixels.len(), 640 * 300 * 4);
     let painted = v.pixels.chunks(4).filter(|p| p[3] > 0).count();
@@ -110,6 +124,8 @@ fn views_draw_what_the_timeline_holds() {
         end: 0.0,
         columns: 100,
         rows: 1,
+        y: None,
+        baseline: false,
         totals_only: true,
         pinned: None,
         palette: PaletteVm::default(),
@@ -201,7 +217,13 @@ fn details_events_state_and_search_agree_with_the_core() {
     // Views now flag the hits.
     let v = view(&mut e, doc, 0, Kind::Blocks, 0.0, 0.0, 500);
     assert_eq!(v.hits as usize, brute.len());
-    assert!(v.bands.iter().all(|b| b.hit == brute.binary_search(&b.element).is_ok()));
+    for b in &v.bands {
+        match b.element {
+            Some(el) => assert_eq!(b.hit_bytes > 0, brute.binary_search(&el).is_ok()),
+            None => assert!(b.hit_bytes <= b.size),
+        }
+    }
+    assert!(v.bands.iter().any(|b| b.element.is_none() && b.hit_bytes > 0), "hits among the thin ones are counted");
     // Regex and address.
     let Response::Search(rx) =
         e.handle(Request::Search { doc, device: 0, kind: Kind::Blocks, query: Query::Regex("(?i)optimizer".into()) })
@@ -382,8 +404,8 @@ fn categories_and_a_diff_across_two_workers() {
     assert!(c.report.iterations.len() > 1);
 
     // Hover says what an element is for; a user rule changes it and says so.
-    let Response::Hit(Some(d)) =
-        ea.handle(Request::Hit { doc: a.doc, device: 0, kind: Kind::Blocks, step: v.peak_step, bytes: 0, rows: 400 })
+    let Response::Hit(Some(d), _) =
+        ea.handle(Request::Hit { doc: a.doc, device: 0, kind: Kind::Blocks, step: v.peak_step, bytes: 0, slack: 0 })
     else {
         panic!("nothing at the bottom of the peak")
     };
@@ -443,9 +465,8 @@ fn a_hover_never_waits_for_a_whole_file_analysis() {
     let doc = open(&mut e, "ex", &bytes, 1 << 20).unwrap().doc;
     let v = view(&mut e, doc, 0, Kind::Blocks, 0.0, 0.0, 500);
     assert!(e.has_work(), "the first view puts the analyses in line");
-    let hit =
-        Request::Hit { doc, device: 0, kind: Kind::Blocks, step: v.peak_step, bytes: v.peak_bytes / 3, rows: 300 };
-    let Response::Hit(Some(first)) = e.handle(hit.clone()) else { panic!("nothing under the pointer") };
+    let hit = Request::Hit { doc, device: 0, kind: Kind::Blocks, step: v.peak_step, bytes: v.peak_bytes / 3, slack: 0 };
+    let Response::Hit(Some(first), _) = e.handle(hit.clone()) else { panic!("nothing under the pointer") };
     assert!(first.class.is_none() && first.class_pending, "the first hover does not wait for the categories");
     assert!(!first.frames.is_empty() && first.size > 0);
     let mut slices = 0;
@@ -454,12 +475,12 @@ fn a_hover_never_waits_for_a_whole_file_analysis() {
         assert!(e.work(500), "the categories come before the work ends");
         finished = e.take_finished();
         slices += 1;
-        let Response::Hit(Some(d)) = e.handle(hit.clone()) else { panic!() };
+        let Response::Hit(Some(d), _) = e.handle(hit.clone()) else { panic!() };
         assert_eq!((d.element, d.class_pending), (first.element, finished.is_empty()));
     }
     assert!(slices > 10, "the analysis took {slices} slices of 500 units");
     assert_eq!(finished, vec![(doc, 0, Finished::Categories)]);
-    let Response::Hit(Some(d)) = e.handle(hit) else { panic!() };
+    let Response::Hit(Some(d), _) = e.handle(hit) else { panic!() };
     let want = core.class(d.element);
     assert_eq!(d.class.as_ref().map(|c| c.0), Some(want.category));
     // The allocator state asked before its checkpoints are all made finishes them at once,
@@ -507,9 +528,8 @@ fn rules_changed_while_the_categories_are_half_done_start_them_again() {
     let finished = e.take_finished();
     assert_eq!(finished.iter().filter(|f| f.2 == Finished::Categories).count(), 1, "{finished:?}");
     // Every allocation with a stack now says the new rule decided it.
-    let hit =
-        Request::Hit { doc, device: 0, kind: Kind::Blocks, step: v.peak_step, bytes: v.peak_bytes / 2, rows: 300 };
-    let Response::Hit(Some(d)) = e.handle(hit) else { panic!("nothing under the pointer") };
+    let hit = Request::Hit { doc, device: 0, kind: Kind::Blocks, step: v.peak_step, bytes: v.peak_bytes / 2, slack: 0 };
+    let Response::Hit(Some(d), _) = e.handle(hit) else { panic!("nothing under the pointer") };
     assert!(!d.frames.is_empty());
     assert_eq!(d.class.map(|c| c.0), Some(Category::Input));
 }
@@ -539,4 +559,104 @@ fn the_doctor_answers_with_the_cores_report_and_the_load_counts_ooms() {
     let mut e = Engine::new();
     let info = open(&mut e, "ex.pickle", &testkit::example("cs336-fullstep.pickle"), 1 << 20).unwrap();
     assert!(info.devices.iter().all(|d| d.ooms == 0));
+}
+
+/// The baseline starts the axis at what stays alive through the window; a y range makes a
+/// small allocation a band of its own that a hover finds.
+#[test]
+fn baseline_and_y_zoom() {
+    let bytes = testkit::example("cs336-fullstep.pickle");
+    let mut e = Engine::new();
+    let doc = open(&mut e, "ex", &bytes, 1 << 20).unwrap().doc;
+    let snap = snapshot::read(&bytes).unwrap().snapshot;
+    let tl = Timeline::build(&snap, 0, Kind::Blocks);
+    let ask = |e: &mut Engine, y: Option<(u64, u64)>, baseline: bool| {
+        let q = ViewQuery {
+            doc,
+            device: 0,
+            kind: Kind::Blocks,
+            start: 0.0,
+            end: 0.0,
+            columns: 800,
+            rows: 300,
+            y,
+            baseline,
+            totals_only: false,
+            pinned: None,
+            palette: PaletteVm::default(),
+        };
+        let Response::View(v) = e.handle(Request::View(q)) else { panic!() };
+        v
+    };
+    let flat = ask(&mut e, None, false);
+    assert_eq!(flat.y_lo, 0);
+    let v = ask(&mut e, None, true);
+    let peak = tl.peak_bytes();
+    assert!(v.stable_bytes > peak / 10, "{} of {peak}", v.stable_bytes);
+    assert_eq!((v.y_lo, v.stable_bytes), (flat.stable_bytes, flat.stable_bytes));
+    assert!(v.y_top > peak && v.y_top < peak + peak / 20);
+    // Below the baseline nothing changes: every band there spans the whole window.
+    for b in v.bands.iter().filter(|b| b.offset + b.size <= v.y_lo) {
+        assert_eq!((b.first, b.last), (0, 799), "{b:?}");
+    }
+    // The finer scale draws more elements on their own.
+    let own = |v: &ViewModel| v.bands.iter().filter(|b| b.element.is_some()).count();
+    assert!(own(&v) > own(&flat), "{} vs {}", own(&v), own(&flat));
+    assert_eq!(ask(&mut e, None, true).y_lo, v.y_lo, "the window's baseline is kept");
+
+    // A small allocation alive at the peak (the example's largest under 1 MiB are 160 KiB):
+    // too thin to draw alone at full height; at 1/100 of it, a hover on its pixel row finds it.
+    let step = tl.peak_step();
+    let mut offset = 0;
+    let mut small = Vec::new();
+    for id in tl.live_at(step, 1) {
+        let size = tl.elements()[id as usize].size;
+        if (128 << 10..1 << 20).contains(&size) {
+            small.push((id, offset, size));
+        }
+        offset += size;
+    }
+    let span = (v.y_top - v.y_lo) / 100;
+    let row = span / 300;
+    let hover = |e: &mut Engine, bytes: u64, slack: u64| match e.handle(Request::Hit {
+        doc,
+        device: 0,
+        kind: Kind::Blocks,
+        step,
+        bytes,
+        slack,
+    }) {
+        Response::Hit(d, _) => d.map(|d| d.element),
+        other => panic!("{other:?}"),
+    };
+    let full_row = (v.y_top - v.y_lo) / 300;
+    let found: Vec<_> = small
+        .iter()
+        .filter(|&&(id, at, size)| {
+            hover(&mut e, at + size / 2, row / 2) == Some(id) && hover(&mut e, at + size / 2, full_row / 2) != Some(id)
+        })
+        .collect();
+    assert!(
+        !found.is_empty(),
+        "of {} allocations of 128 KiB to 1 MiB at the peak, none is found at 1/100",
+        small.len()
+    );
+    let &(id, at, _) = found[0];
+    assert!(flat.bands.iter().all(|b| b.element != Some(id)), "too thin to draw alone at full height");
+    let z = ask(&mut e, Some((at - span / 2, at + span / 2)), true);
+    assert_eq!((z.y_lo, z.y_top), (at - span / 2, at + span / 2));
+    // Exactly on a band drawn alone, the hover finds it and outlines where it was drawn.
+    let b =
+        z.bands.iter().filter(|b| b.element.is_some() && b.size > 4 * row).nth(2).expect("bands in the zoomed view");
+    let r = e.handle(Request::Hit {
+        doc,
+        device: 0,
+        kind: Kind::Blocks,
+        step: z.columns[b.first as usize].step,
+        bytes: b.offset + b.size / 2,
+        slack: row / 2,
+    });
+    let Response::Hit(Some(d), outline) = r else { panic!("{r:?}") };
+    assert_eq!(Some(d.element), b.element);
+    assert!(outline.iter().any(|o| o.first == b.first && o.offset == b.offset && o.size == b.size));
 }

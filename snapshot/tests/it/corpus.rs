@@ -117,7 +117,8 @@ fn allocator_state_after_any_event_equals_pytorch_state_history() {
 }
 
 #[test]
-fn level_of_detail_bands_add_up_to_the_timeline_totals() {
+fn level_of_detail_bands_stack_every_live_element_in_order() {
+    use snapshot::timeline::colour;
     for (name, bytes) in testkit::files() {
         let snap = read(&bytes).unwrap().snapshot;
         for d in snap.devices() {
@@ -129,25 +130,62 @@ fn level_of_detail_bands_add_up_to_the_timeline_totals() {
             assert_eq!(lod.columns.len(), 1500);
             let col_max = lod.columns.iter().map(|c| c.total_bytes).max().unwrap();
             assert_eq!(col_max, *t.totals().iter().max().unwrap(), "{name}: the peak column is drawn");
-            assert!(lod.bands.iter().all(|b| b.size_bytes >= min_bytes && b.first_column <= b.last_column));
-            for (ci, c) in lod.columns.iter().enumerate() {
+            assert!(lod.bands.iter().all(|b| b.first_column <= b.last_column && b.size_bytes > 0));
+            let els = t.elements();
+            // Every 29th column and the peak's (each check lists the step's live elements).
+            let peak_col = lod.columns.iter().position(|c| c.total_bytes == col_max).unwrap();
+            let checked = lod.columns.iter().enumerate().filter(|(ci, _)| ci % 29 == 0 || *ci == peak_col);
+            for (ci, c) in checked {
                 let bands = Timeline::bands_in_column(&lod, ci as u32);
                 let drawn: u64 = bands.iter().map(|b| b.size_bytes).sum();
                 assert_eq!(drawn, c.drawn_bytes, "{name} column {ci}");
-                assert_eq!(drawn + c.summarized_bytes, c.total_bytes, "{name} step {}", c.step);
-                // Exactly the elements of at least min_bytes alive at the sampled step,
-                // stacked without gaps in their stacking order.
-                let expect = t.live_at(c.step, min_bytes);
-                let got: Vec<u32> = bands.iter().map(|b| b.element).collect();
+                assert_eq!(drawn, c.total_bytes, "{name} step {}: nothing is left to summarize", c.step);
+                assert_eq!(c.summarized_bytes, 0);
+                // Every element alive at the sampled step, in stacking order: the large ones
+                // as bands of their own, each run of small ones as one blend of their
+                // colours weighted by bytes; no gaps.
+                let mut expect: Vec<(Option<u32>, u64, u32)> = Vec::new();
+                let mut run = (0u64, [0u128; 3]);
+                let flush = |run: &mut (u64, [u128; 3]), expect: &mut Vec<(Option<u32>, u64, u32)>| {
+                    if run.0 > 0 {
+                        let b = u128::from(run.0);
+                        let ch = |k: usize| ((run.1[k] + b / 2) / b) as u32;
+                        expect.push((None, run.0, ch(0) << 16 | ch(1) << 8 | ch(2)));
+                    }
+                    *run = (0, [0; 3]);
+                };
+                for id in t.live_at(c.step, 1) {
+                    let e = &els[id as usize];
+                    let rgb = colour(e.order);
+                    if e.size >= min_bytes {
+                        flush(&mut run, &mut expect);
+                        expect.push((Some(id), e.size, rgb));
+                    } else {
+                        run.0 += e.size;
+                        for (k, sh) in [16, 8, 0].into_iter().enumerate() {
+                            run.1[k] += u128::from(e.size) * u128::from((rgb >> sh) & 255);
+                        }
+                    }
+                }
+                flush(&mut run, &mut expect);
+                let got: Vec<(Option<u32>, u64, u32)> =
+                    bands.iter().map(|b| (b.element, b.size_bytes, b.rgb)).collect();
                 assert_eq!(got, expect, "{name} column {ci}");
                 let mut off = 0;
                 for b in &bands {
                     assert_eq!(b.offset_bytes, off);
+                    if let Some(e) = b.element {
+                        assert_eq!(t.element_at(c.step, off), Some(e));
+                        assert_eq!(t.element_at(c.step, off + b.size_bytes - 1), Some(e));
+                    }
                     off += b.size_bytes;
                 }
-                if let Some(b) = bands.last() {
-                    assert_eq!(t.element_at(c.step, b.offset_bytes, min_bytes), Some(b.element));
-                }
+                assert_eq!(t.element_at(c.step, off), None, "{name}: nothing above the top");
+            }
+            // What lies below `stable_bytes` is the same in every column.
+            assert!(lod.stable_bytes <= lod.columns.iter().map(|c| c.total_bytes).min().unwrap());
+            for b in lod.bands.iter().filter(|b| b.offset_bytes + b.size_bytes <= lod.stable_bytes) {
+                assert_eq!((b.first_column, b.last_column), (0, 1499), "{name}: {b:?} below {}", lod.stable_bytes);
             }
             // Zoomed in beyond one step per pixel, every column shows a real step.
             let zoom = t.lod(&LodQuery { start: 0.0, end: n.min(10.0), columns: 100, min_bytes });
