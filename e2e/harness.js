@@ -63,6 +63,23 @@ export function paintedPixels(page, id = 'timeline') {
   }, id);
 }
 
+/** Lets the page answer and draw: a short wait, then two animation frames. */
+export async function settle(page) {
+  await page.waitForTimeout(150);
+  await page.evaluate(() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r))));
+}
+
+/** A hash of the canvas `id`'s pixels (to tell whether its picture changed). */
+export function pixelHash(page, id) {
+  return page.evaluate(id => {
+    const c = document.getElementById(id);
+    const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+    let h = 2166136261;
+    for (let i = 0; i < d.length; i += 4) h = Math.imul(h ^ (d[i] | d[i + 1] << 8 | d[i + 2] << 16 | d[i + 3] << 24), 16777619) >>> 0;
+    return h;
+  }, id);
+}
+
 /** `dist/` served and opened in a fresh browser, once the bundled example is its active tab:
  * `requests` collects every URL the page asks for, `consoleErrors` what it logs as errors,
  * and an uncaught page error fails the test. `close()` ends both. */

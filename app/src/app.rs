@@ -13,6 +13,7 @@ use crate::details::DetailsPanel;
 use crate::doctor::{Doctor, DoctorView, OomBanner};
 use crate::dom::files_of;
 use crate::events::EventList;
+use crate::flame::{FlameView, Flames};
 use crate::keys::{self, Help, HelpBox};
 use crate::modes::{Mode, ModeSwitch, Shown};
 use crate::open::{Opener, EXAMPLE};
@@ -40,6 +41,7 @@ pub(crate) fn App() -> impl IntoView {
     provide_context(Doctor::new(docs, shown, rules, messages, redraw));
     provide_context(Cats::new(docs, shown, rules, redraw, expect_context()));
     provide_context(Compare::new(docs, messages, redraw));
+    provide_context(Flames::new(docs, shown, messages, redraw));
     url::follow(docs, selection);
     keys::listen(window, selection, expect_context(), help);
     listen_to_window(redraw);
@@ -108,6 +110,9 @@ fn Views() -> impl IntoView {
         </Show>
         <Show when=move || shown.is(Mode::Categories)>
             <CategoryView/>
+        </Show>
+        <Show when=move || shown.is(Mode::Flame)>
+            <FlameView/>
         </Show>
         <Show when=move || shown.is(Mode::Compare)>
             <CompareView/>

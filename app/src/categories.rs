@@ -1,6 +1,7 @@
 //! The categories view: what the memory is for, as stacked areas over the window (legend
 //! toggles), the breakdown at the peak and at a clicked step, the budget, training
-//! iterations, leak suspects, which rule decided what, and the user's rules. The doctor's
+//! iterations, leak suspects, which rule decided what, and the user's rules. A clicked step
+//! is also the flame graph's (`state::Chosen`). The doctor's
 //! ticked what-if predictions (`state::Predicted`) are drawn on the chart as dashed lines.
 
 use engine::protocol::{CategoriesVm, Category, DocId, Request, Response};
@@ -12,7 +13,7 @@ use crate::dom::canvas_by_id;
 use crate::draw;
 use crate::modes::{Mode, Shown};
 use crate::rules::{RulesEditor, UserRules};
-use crate::state::{Docs, Predicted, Redraw, Window};
+use crate::state::{Chosen, Docs, Predicted, Redraw, Window};
 use crate::text::{bytes_text, delta_text};
 
 /// The view's state: the worker's answer, the hidden categories, the clicked step.
@@ -90,7 +91,7 @@ pub(crate) fn cat_row(c: Category, colour: u32, cells: Vec<String>) -> impl Into
 
 #[component]
 pub(crate) fn CategoryView() -> impl IntoView {
-    let c = expect_context::<Cats>();
+    let (c, chosen, docs) = (expect_context::<Cats>(), expect_context::<Chosen>(), expect_context::<Docs>());
     let on_click = move |e: web_sys::MouseEvent| {
         let Some(canvas) = canvas_by_id("categories") else { return };
         let w = f64::from(canvas.client_width()) - draw::LEFT - draw::RIGHT;
@@ -103,6 +104,7 @@ pub(crate) fn CategoryView() -> impl IntoView {
         }
         let step = (start + x / w * (end - start)).floor().clamp(0.0, f64::from(n - 1)) as u32;
         c.at.set(Some(step));
+        chosen.set(docs, step);
     };
     view! {
         <div id="category-view">

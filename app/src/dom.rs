@@ -39,6 +39,14 @@ pub(crate) fn value_by_id(id: &str) -> String {
     el.dyn_ref::<web_sys::HtmlSelectElement>().map(|s| s.value()).unwrap_or_default()
 }
 
+/// Sets the value of an `<input>` by id.
+pub(crate) fn set_value_by_id(id: &str, value: &str) {
+    let el = web_sys::window().and_then(|w| w.document()).and_then(|d| d.get_element_by_id(id));
+    if let Some(i) = el.as_ref().and_then(|el| el.dyn_ref::<web_sys::HtmlInputElement>()) {
+        i.set_value(value);
+    }
+}
+
 pub(crate) fn files_of(list: Option<web_sys::FileList>) -> Vec<web_sys::File> {
     let Some(list) = list else { return Vec::new() };
     (0..list.length()).filter_map(|i| list.get(i)).collect()

@@ -1,12 +1,12 @@
 //! The memscape page: tabs of open files, the timeline with its minimap, details, search,
-//! statistics, the event list and the allocator map, categories, and the comparison of
-//! files. It only handles input and pixels: every figure, layout and colour comes from the
+//! statistics, the event list and the allocator map, categories, the flame graph, and the
+//! comparison of files. It only handles input and pixels: every figure, layout and colour comes from the
 //! engine in each file's worker (`client`), and `draw` turns the view models into pixels.
 //!
 //! Layers, each importing only those above it: `client`, `dom`, `text`, `draw`, `save`;
 //! `state` (a struct of signals per concern, provided as context); `url`, `open`, `keys`,
 //! `modes`, `rules`; the views (`tabs`, `search`, `timeline`, `details`, `stats`, `events`,
-//! `allocator`, `categories`, `compare`, `doctor`; one may embed another's component, as the toolbar
+//! `allocator`, `categories`, `flame`, `compare`, `doctor`; one may embed another's component, as the toolbar
 //! does the search bar, never its signals); `app`, which makes the state and lays the views
 //! out. No two modules import each other.
 
@@ -20,6 +20,7 @@ mod doctor;
 mod dom;
 mod draw;
 mod events;
+mod flame;
 mod keys;
 mod modes;
 mod open;

@@ -1,4 +1,5 @@
-//! Which view the main area shows (timeline, categories, comparison, doctor) and the switch.
+//! Which view the main area shows (timeline, categories, flame graph, comparison, doctor)
+//! and the switch.
 
 use leptos::prelude::*;
 
@@ -9,6 +10,7 @@ use crate::state::Redraw;
 pub(crate) enum Mode {
     Timeline,
     Categories,
+    Flame,
     Compare,
     Doctor,
 }
@@ -46,6 +48,7 @@ pub(crate) fn ModeSwitch() -> impl IntoView {
         <nav id="modes">
             {button(Mode::Timeline, "mode-timeline", "Timeline")}
             {button(Mode::Categories, "mode-categories", "Categories")}
+            {button(Mode::Flame, "mode-flame", "Flame graph")}
             {button(Mode::Compare, "mode-compare", "Compare files")}
             {button(Mode::Doctor, "mode-doctor", "Doctor")}
         </nav>

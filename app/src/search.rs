@@ -11,7 +11,7 @@ use crate::state::{Docs, Messages, Redraw, Search, Selection, Window};
 
 /// What a search moves: the window to a match, and the pin onto it.
 #[derive(Clone, Copy)]
-struct Finder {
+pub(crate) struct Finder {
     docs: Docs,
     search: Search,
     selection: Selection,
@@ -21,10 +21,33 @@ struct Finder {
 }
 
 impl Finder {
+    /// Made where the context is (a component's body), used in its handlers.
+    pub(crate) fn new() -> Finder {
+        Finder {
+            docs: expect_context(),
+            search: expect_context(),
+            selection: expect_context(),
+            window: expect_context(),
+            messages: expect_context(),
+            redraw: expect_context(),
+        }
+    }
+
     fn run(self) {
-        let Some(t) = self.docs.tab_untracked() else { return };
         let (text, mode) = (value_by_id("search"), value_by_id("search-mode"));
-        if text.trim().is_empty() {
+        let query = match mode.as_str() {
+            "regex" => Query::Regex(text),
+            "address" => Query::Address(text),
+            _ => Query::Substring(text),
+        };
+        self.find(query, true);
+    }
+
+    /// Searches the file shown (an empty text clears the search); with `bring`, the first
+    /// match is brought into view and pinned.
+    pub(crate) fn find(self, query: Query, bring: bool) {
+        let Some(t) = self.docs.tab_untracked() else { return };
+        if matches!(&query, Query::Substring(x) | Query::Regex(x) | Query::Address(x) if x.trim().is_empty()) {
             self.search.clear();
             spawn_local(async move {
                 worker().ask(Request::ClearSearch { doc: t.info.doc }).await;
@@ -32,16 +55,12 @@ impl Finder {
             });
             return;
         }
-        let query = match mode.as_str() {
-            "regex" => Query::Regex(text),
-            "address" => Query::Address(text),
-            _ => Query::Substring(text),
-        };
+        self.search.query.set(Some(query.clone()));
         spawn_local(async move {
             match worker().ask(Request::Search { doc: t.info.doc, device: t.device, kind: t.kind, query }).await {
                 Response::Search(r) => {
                     self.search.pos.set(0);
-                    if let Some(&(el, a, b)) = r.matches.first() {
+                    if let Some(&(el, a, b)) = r.matches.first().filter(|_| bring) {
                         self.show(el, a, b);
                     }
                     self.search.result.set(Some(r));
@@ -83,14 +102,7 @@ impl Finder {
 #[component]
 pub(crate) fn SearchBar() -> impl IntoView {
     let search = expect_context::<Search>();
-    let f = Finder {
-        docs: expect_context(),
-        search,
-        selection: expect_context(),
-        window: expect_context(),
-        messages: expect_context(),
-        redraw: expect_context(),
-    };
+    let f = Finder::new();
     view! {
         <input id="search" type="search" placeholder="Search frames or address" on:keydown=move |e: web_sys::KeyboardEvent| {
             if e.key() == "Enter" { f.run(); }

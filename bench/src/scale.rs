@@ -22,6 +22,7 @@ use anyhow::{bail, Context as _};
 use engine::protocol::{Align, Kind, PaletteVm, Profile, Query, Request, Response, SiteMode, ViewQuery};
 use engine::{Engine, Loading};
 use snapshot::categories::{self, Analysis, Categories, Compiled, Stage};
+use snapshot::flame::{self, At, FlameQuery};
 use snapshot::state::StateIndex;
 use snapshot::synth::{self, Options};
 use snapshot::timeline::{LodQuery, Timeline, TimelineKind};
@@ -360,6 +361,27 @@ fn checks() -> Vec<(String, Sample)> {
             find(i, Query::Address(format!("0x{:x}", i.blocks.elements()[i.blocks.elements().len() / 2].addr)))
         }),
     );
+    put("search (call site)", Box::new(move |i| find(i, Query::CallSite(synth::EXTRA_SITE.into()))));
+    let flame_at = |snap: &Snapshot, tl: &Timeline, at: At| {
+        let q = FlameQuery { at, all_frames: false, min_share: engine::flame::MIN_SHARE, lines: engine::flame::LINES };
+        per_call(|| drop(black_box(flame::flame(snap, tl, &q))))
+    };
+    put("flame graph at the peak", Box::new(move |i| flame_at(&i.snap, &i.blocks, flame::peak(&i.blocks))));
+    // Not on the one-layer loop with a site per allocation: there the elements alive at the
+    // peak (the leak) grow with N, each with a frame of its own spread over a table 4x
+    // larger, and the flame graph moved 4.3x to 6.4x between runs on a loaded machine, as
+    // the categories passes that page in a stack per allocation do (see above).
+    put(
+        "flame graph, bytes x lifetime (whole trace)",
+        Box::new(move |i| flame_at(&i.snap, &i.blocks, At::Window(0, i.blocks.n_steps()))),
+    );
+    put(
+        "flame graph, bytes x lifetime (1/16 of the trace)",
+        Box::new(move |i| {
+            let n = i.blocks.n_steps();
+            flame_at(&i.snap, &i.blocks, At::Window(n / 2, n / 2 + n / 16))
+        }),
+    );
     put(
         "doctor (whole report), an OOM at every forward pass",
         Box::new(|i| per_call(|| drop(black_box(doctor::diagnose(&i.ooms, &i.oom_blocks, &i.oom_cats, &i.oom_index))))),
@@ -431,6 +453,19 @@ fn checks() -> Vec<(String, Sample)> {
         }),
     );
     put("engine: Categories", Box::new(|i| per_call(|| drop(i.ask(categories_request())))));
+    let flame_request = |window: Option<(f64, f64)>| Request::Flame {
+        doc: 1,
+        device: 0,
+        step: None,
+        window,
+        all_frames: false,
+        query: Some(Query::Substring("forward".into())),
+    };
+    put("engine: Flame (peak)", Box::new(move |i| per_call(|| drop(i.ask(flame_request(None))))));
+    put(
+        "engine: Flame (bytes x lifetime, whole trace)",
+        Box::new(move |i| per_call(|| drop(i.ask(flame_request(Some((0.0, i.n()))))))),
+    );
     put("engine: Profile", Box::new(|i| per_call(|| drop(i.ask(Request::Profile { doc: 1, device: 0 })))));
     put(
         "engine: Diff",

@@ -10,7 +10,7 @@ import { readFileSync, mkdirSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
-import { openExample, ROOT } from '../harness.js';
+import { openExample, pixelHash, settle as settleDown, ROOT } from '../harness.js';
 
 const SHOTS = join(ROOT, 'e2e', 'screenshots');
 const MEMSCAPE = join(ROOT, 'target', 'debug', 'memscape');
@@ -23,10 +23,7 @@ function doctorJson(path) {
   return JSON.parse(execFileSync(MEMSCAPE, ['doctor', '--json', path], { stdio: ['ignore', 'pipe', 'pipe'] }).toString());
 }
 
-async function settle() {
-  await page.waitForTimeout(150);
-  await page.evaluate(() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r))));
-}
+const settle = () => settleDown(page);
 
 /** The share of the plot's width painted near-black on the row where a line at the top of the
  * category chart's axis (its highest value, `y_max / 1.04`) is drawn: geometry of draw/charts.rs. */
@@ -44,15 +41,7 @@ function darkTopRow() {
   });
 }
 
-async function pixels(id) {
-  return page.evaluate(id => {
-    const c = document.getElementById(id);
-    const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
-    let h = 2166136261;
-    for (let i = 0; i < d.length; i += 4) h = Math.imul(h ^ (d[i] | d[i + 1] << 8 | d[i + 2] << 16 | d[i + 3] << 24), 16777619) >>> 0;
-    return h;
-  }, id);
-}
+const pixels = id => pixelHash(page, id);
 
 /** What the doctor shows of the OOM on screen, in `memscape doctor --json`'s names. */
 function shownOom() {

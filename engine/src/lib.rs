@@ -6,6 +6,7 @@
 
 #![deny(missing_docs)]
 
+pub mod flame;
 #[allow(missing_docs)]
 pub mod protocol;
 #[allow(missing_docs)]
@@ -308,6 +309,12 @@ impl Engine {
             Request::Diff { device, a, align, sites_by, .. } => {
                 let b = doc.profile(device);
                 Response::Diff(Box::new(snapshot::diff::diff(&a, &b, align, sites_by)))
+            }
+            Request::Flame { device, step, window, all_frames, query, .. } => {
+                doc.lane(device, Kind::Blocks);
+                let tl = &doc.lanes[&(device, Kind::Blocks)].timeline;
+                flame::view(&doc.snap, tl, step, window, all_frames, query.as_ref())
+                    .map_or_else(Response::Error, |v| Response::Flame(Box::new(v)))
             }
         }
     }

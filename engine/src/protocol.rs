@@ -46,6 +46,17 @@ pub enum Request {
     Doctor { doc: DocId, device: u32 },
     /// This file (B) against another's profile (A).
     Diff { doc: DocId, device: u32, a: Box<Profile>, align: Align, sites_by: SiteMode },
+    /// The flame graph of the allocations alive after `step` (`None`: at the peak) by call
+    /// stack, and the lines of the user's code holding them; with `window` (steps), bytes ×
+    /// steps alive inside it instead. Frames matching `query` are flagged.
+    Flame {
+        doc: DocId,
+        device: u32,
+        step: Option<u32>,
+        window: Option<(f64, f64)>,
+        all_frames: bool,
+        query: Option<Query>,
+    },
 }
 
 impl Request {
@@ -64,7 +75,8 @@ impl Request {
             | Request::Categories { doc, .. }
             | Request::Profile { doc, .. }
             | Request::Doctor { doc, .. }
-            | Request::Diff { doc, .. } => *doc,
+            | Request::Diff { doc, .. }
+            | Request::Flame { doc, .. } => *doc,
         }
     }
 }
@@ -82,6 +94,7 @@ pub enum Response {
     Profile(Box<Profile>),
     Doctor(Box<DoctorReport>),
     Diff(Box<Diff>),
+    Flame(Box<FlameVm>),
     Done,
     Error(String),
 }
@@ -400,4 +413,61 @@ pub struct CategoriesVm {
     pub selected: Option<(u32, [u64; 8])>,
     /// Total bytes after the asked step.
     pub selected_total: Option<u64>,
+}
+
+/// A flame graph: the tree in pre-order (a parent before its children, children heaviest
+/// first, node 0 the root) and the lines of code. Weights are bytes, or byte-steps over a
+/// window.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct FlameVm {
+    pub n_steps: u32,
+    /// The step shown (`None`: before the first step, or a window).
+    pub step: Option<u32>,
+    /// The window of steps weighed (bytes × lifetime).
+    pub window: Option<(u32, u32)>,
+    /// Where the peak is (`None`: before the first step).
+    pub peak_step: Option<u32>,
+    pub peak_bytes: u64,
+    /// The root's weight.
+    pub total: u64,
+    pub nodes: Vec<FlameNodeVm>,
+    /// Nodes whose frame matches the search.
+    pub hits: u32,
+    /// Heaviest first (the first `engine::flame::LINES`).
+    pub lines: Vec<FlameLineVm>,
+    /// All the lines there are.
+    pub n_lines: u32,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct FlameNodeVm {
+    pub parent: Option<u32>,
+    pub depth: u32,
+    /// The frame's function, or what the node stands for (`all`, `(no stack recorded)`).
+    pub name: String,
+    pub file: String,
+    pub line: i64,
+    pub weight: u64,
+    /// Of elements whose stack ends here.
+    pub self_weight: u64,
+    /// Of children too light to send.
+    pub pruned: u64,
+    /// Where it starts on its row, in the root's weight.
+    pub offset: u64,
+    /// Elements under it.
+    pub count: u32,
+    /// The colour of its heaviest element on the timeline.
+    pub rgb: u32,
+    /// Its frame matches the search.
+    pub hit: bool,
+}
+
+/// A line of the user's code (the diff's call site) and what it holds.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct FlameLineVm {
+    pub site: String,
+    pub weight: u64,
+    pub count: u32,
+    /// The colour of its heaviest element on the timeline.
+    pub rgb: u32,
 }

@@ -74,13 +74,24 @@ struct Sites {
     names: Vec<String>,
 }
 
+/// The call site an allocation of `stack` is keyed by in [`SiteMode::Frame`]: the line of
+/// the first frame of the user's own code (`file:line:name`, see
+/// [`call_site`](crate::categories::call_site)), `(no stack)` or `(no frames)`. The diff, the
+/// doctor's holders and the flame graph's lines of code all key by it.
+pub fn site_name(snap: &Snapshot, stack: Option<StackId>) -> String {
+    match stack {
+        None => "(no stack)".into(),
+        Some(s) => call_site(snap, s).map_or("(no frames)".into(), |f| frame_line(snap, &snap.frames[f.0 as usize])),
+    }
+}
+
 impl Sites {
     fn id(&mut self, snap: &Snapshot, stack: Option<StackId>) -> u32 {
         let Some(s) = stack else { return self.named("(no stack)") };
         if let Some(&k) = self.of_stack.get(&s) {
             return k;
         }
-        let name = call_site(snap, s).map_or("(no frames)".into(), |f| frame_line(snap, &snap.frames[f.0 as usize]));
+        let name = site_name(snap, Some(s));
         let k = self.named(&name);
         self.of_stack.insert(s, k);
         k

@@ -7,8 +7,9 @@
 //! - [`Snapshot`]: interned strings, a frame and a stack table, segments, and one columnar
 //!   [`Trace`] per device.
 //! - Analyses are plain functions over the model: [`timeline`], [`state`], [`stats`],
-//!   [`categories`] (what the memory is for), [`diff`] (what changed between two runs) and
-//!   [`doctor`] (why it ran out of memory, and what-if budgets).
+//!   [`categories`] (what the memory is for), [`diff`] (what changed between two runs),
+//!   [`doctor`] (why it ran out of memory, and what-if budgets) and [`flame`] (what is alive,
+//!   by call stack).
 //! - [`write`] produces a pickle that PyTorch's tools load; [`synth`] generates realistic
 //!   snapshots of any size.
 //!
@@ -34,6 +35,7 @@ pub mod categories;
 #[allow(missing_docs)]
 pub mod diff;
 pub mod doctor;
+pub mod flame;
 pub mod frames;
 pub mod search;
 pub mod state;

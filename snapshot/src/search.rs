@@ -1,8 +1,9 @@
-//! Finding allocations: by stack-frame text (substring or regular expression) or by an
-//! address inside them.
+//! Finding allocations: by stack-frame text (substring or regular expression), by an
+//! address inside them, or by their call site.
 
+use crate::diff::site_name;
 use crate::frames::frame_line;
-use crate::model::Snapshot;
+use crate::model::{Snapshot, StackId};
 use crate::timeline::Timeline;
 
 /// What to look for.
@@ -14,21 +15,52 @@ pub enum Query {
     Regex(String),
     /// Elements whose `[addr, addr + size)` contains the address (hex with `0x`, or decimal).
     Address(String),
+    /// Elements whose call site (the first frame of the user's own code, keyed as the diff
+    /// keys them: [`site_name`]) is exactly this `file:line:name`.
+    CallSite(String),
+}
+
+/// Whether a frame's `filename:line:name` line matches.
+pub type FrameTest<'a> = Box<dyn Fn(&str) -> bool + 'a>;
+
+/// A frame-line test for a text query: substring (case-insensitive), regular expression, or
+/// a call site's own line (`Address` tests elements, not frames: `None`). An error names
+/// what is wrong with the query.
+pub fn frame_matcher(q: &Query) -> Result<Option<FrameTest<'_>>, String> {
+    match q {
+        Query::Substring(text) => {
+            let needle = text.to_lowercase();
+            if needle.is_empty() {
+                return Err("empty search".into());
+            }
+            Ok(Some(Box::new(move |line: &str| line.to_lowercase().contains(&needle))))
+        }
+        Query::Regex(pattern) => {
+            let re = regex_lite::Regex::new(pattern).map_err(|e| format!("bad regular expression: {e}"))?;
+            Ok(Some(Box::new(move |line: &str| re.is_match(line))))
+        }
+        Query::CallSite(site) => Ok(Some(Box::new(move |line: &str| line == site))),
+        Query::Address(_) => Ok(None),
+    }
 }
 
 /// Elements of `tl` that match `q`, in element order; an error names what is wrong with
-/// the query.
+/// the query. O(elements + frames + stacks).
 pub fn find(snap: &Snapshot, tl: &Timeline, q: &Query) -> Result<Vec<u32>, String> {
-    let stack_hits = |matches: &dyn Fn(&str) -> bool| -> Vec<u32> {
-        let frame_hit: Vec<bool> = snap.frames.iter().map(|f| matches(&frame_line(snap, f))).collect();
+    let by_stack = |hit_of: &mut dyn FnMut(Option<StackId>) -> bool| -> Vec<u32> {
+        // Decided once per stack (and once for elements without one).
         let mut stack_hit: Vec<Option<bool>> = vec![None; snap.stacks.len()];
+        let mut no_stack_hit: Option<bool> = None;
         let mut out = Vec::new();
         for (i, e) in tl.elements().iter().enumerate() {
-            let Some(s) = e.stack else { continue };
-            let slot = &mut stack_hit[s.0 as usize];
-            let hit = *slot.get_or_insert_with(|| {
-                snap.stacks.get(s).iter().any(|f| frame_hit.get(f.0 as usize).copied().unwrap_or(false))
-            });
+            let slot = match e.stack {
+                Some(s) => stack_hit.get_mut(s.0 as usize),
+                None => Some(&mut no_stack_hit),
+            };
+            let hit = match slot {
+                Some(slot) => *slot.get_or_insert_with(|| hit_of(e.stack)),
+                None => hit_of(e.stack),
+            };
             if hit {
                 out.push(i as u32);
             }
@@ -36,17 +68,6 @@ pub fn find(snap: &Snapshot, tl: &Timeline, q: &Query) -> Result<Vec<u32>, Strin
         out
     };
     match q {
-        Query::Substring(text) => {
-            let needle = text.to_lowercase();
-            if needle.is_empty() {
-                return Err("empty search".into());
-            }
-            Ok(stack_hits(&|line: &str| line.to_lowercase().contains(&needle)))
-        }
-        Query::Regex(pattern) => {
-            let re = regex_lite::Regex::new(pattern).map_err(|e| format!("bad regular expression: {e}"))?;
-            Ok(stack_hits(&|line: &str| re.is_match(line)))
-        }
         Query::Address(text) => {
             let addr = parse_address(text).ok_or_else(|| format!("not an address: {text:?}"))?;
             Ok(tl
@@ -56,6 +77,16 @@ pub fn find(snap: &Snapshot, tl: &Timeline, q: &Query) -> Result<Vec<u32>, Strin
                 .filter(|(_, e)| e.addr <= addr && addr < e.addr.saturating_add(e.size.max(1)))
                 .map(|(i, _)| i as u32)
                 .collect())
+        }
+        Query::CallSite(site) => Ok(by_stack(&mut |stack| site_name(snap, stack) == *site)),
+        Query::Substring(_) | Query::Regex(_) => {
+            let Some(matches) = frame_matcher(q)? else { return Ok(Vec::new()) };
+            let frame_hit: Vec<bool> = snap.frames.iter().map(|f| matches(&frame_line(snap, f))).collect();
+            Ok(by_stack(&mut |stack| {
+                stack.is_some_and(|s| {
+                    snap.stacks.get(s).iter().any(|f| frame_hit.get(f.0 as usize).copied().unwrap_or(false))
+                })
+            }))
         }
     }
 }

@@ -198,6 +198,12 @@ impl ClassIndex {
         let prefix = self.starts.partition_point(|&s| s <= step);
         visit(&self.max_end, 1, 0, self.leaves, (0, prefix), &|end| end > step, &mut |k| f(self.ids[k]));
     }
+
+    /// Calls `f` for every element alive at some step of `lo..hi`: start < hi and end > lo.
+    fn overlapping(&self, lo: u32, hi: u32, f: &mut impl FnMut(u32)) {
+        let prefix = self.starts.partition_point(|&s| s < hi);
+        visit(&self.max_end, 1, 0, self.leaves, (0, prefix), &|end| end > lo, &mut |k| f(self.ids[k]));
+    }
 }
 
 fn size_class(size: u64) -> usize {
@@ -833,6 +839,28 @@ impl Timeline {
             });
         }
         out.sort_unstable_by_key(|&id| self.elements[id as usize].order);
+        out
+    }
+
+    /// Elements alive at some step of `lo..hi`, in element order: O((k + 1) log n) for k
+    /// of them (a tree descent per size class, as [`Timeline::live_at`]).
+    pub fn live_in(&self, lo: u32, hi: u32) -> Vec<u32> {
+        let mut out = Vec::new();
+        for c in &self.classes {
+            c.overlapping(lo, hi, &mut |id| out.push(id));
+        }
+        out.sort_unstable();
+        out
+    }
+
+    /// Elements alive before the first step (allocated before recording began), in element
+    /// order: O(k + log n) for k of them (they start at 0, a prefix of each class).
+    pub fn initial_elements(&self) -> Vec<u32> {
+        let mut out: Vec<u32> = (self.classes.iter())
+            .flat_map(|c| c.ids[..c.starts.partition_point(|&s| s == 0)].iter().copied())
+            .filter(|&id| self.elements[id as usize].origin != Origin::Traced)
+            .collect();
+        out.sort_unstable();
         out
     }
 

@@ -5,10 +5,12 @@
 
 mod allocator;
 mod charts;
+mod flame;
 mod timeline;
 
 pub use allocator::{clear, state_map};
 pub use charts::{categories, diff};
+pub use flame::{flame, layout as flame_layout, rows as flame_rows, Placed, ROW as FLAME_ROW};
 pub use timeline::{minimap, timeline, Overlay};
 
 use snapshot::stats::format_size;

@@ -10,6 +10,8 @@
 //! - `events`, `allocator`: the event list's page and the allocator state after an event.
 //! - `messages`: errors, notices and the status line.
 //! - `predicted`: the doctor's predicted peaks the user ticked, drawn on the category chart.
+//! - `step`: the step chosen for the flame graph (a click on the category chart or the
+//!   timeline).
 //! - `nav`: moving to another tab, device or memory kind, which resets what belonged to the
 //!   old place in one go (so that no view asks for a picture of a place it just left).
 
@@ -22,6 +24,7 @@ mod plot;
 mod predicted;
 mod search;
 mod selection;
+mod step;
 mod window;
 
 pub(crate) use allocator::Allocator;
@@ -33,6 +36,7 @@ pub(crate) use plot::Plot;
 pub(crate) use predicted::{Line, Predicted};
 pub(crate) use search::Search;
 pub(crate) use selection::Selection;
+pub(crate) use step::Chosen;
 pub(crate) use window::Window;
 
 use leptos::prelude::*;
@@ -69,6 +73,7 @@ pub(crate) fn provide() {
     provide_context(allocator);
     provide_context(Messages::new());
     provide_context(Predicted::new());
+    provide_context(Chosen::new());
     provide_context(Redraw(RwSignal::new(0)));
     provide_context(Nav { docs, selection, search, plot, events, allocator });
 }

@@ -122,6 +122,7 @@ pub(super) fn Plot() -> impl IntoView {
         expect_context::<Window>(),
     );
     let doctor = expect_context::<Doctor>();
+    let chosen = expect_context::<crate::state::Chosen>();
     let hits = Hits { busy: StoredValue::new(false), next: StoredValue::new(None), docs, shown, selection };
     // Where a press began: x, the window then, and whether it has moved (a drag, not a click).
     let drag = StoredValue::new(None::<(f64, f64, f64, bool)>);
@@ -180,6 +181,9 @@ pub(super) fn Plot() -> impl IntoView {
             return;
         }
         hits.ask(x, y, true);
+        if let Some(s) = step_at(docs, x) {
+            chosen.pick(docs, s);
+        }
     };
     let on_wheel = move |e: web_sys::WheelEvent| {
         e.prevent_default();

@@ -8,6 +8,8 @@ use engine::{Engine, Loading};
 use snapshot::timeline::Timeline;
 use snapshot::{frames, stats, Action, Snapshot};
 
+mod flame;
+
 /// Loads like the worker: in slices.
 fn open(engine: &mut Engine, name: &str, bytes: &[u8], slice: usize) -> Result<DocInfo, String> {
     let mut l = Loading::new(name, bytes.len() as u64, 0.0);

@@ -9,9 +9,10 @@ use super::Phase;
 use crate::model::{Frame, FrameId, Snapshot, StackId};
 use crate::StrId;
 
-/// `name` of a file as `/`-separated text.
+/// `name` of a file as `/`-separated text (or `\\`-separated: the replaced copy is made
+/// only for a file that has a backslash, since this runs per frame).
 fn has(file: &str, part: &str) -> bool {
-    file.contains(part) || file.contains(&part.replace('/', "\\"))
+    file.contains(part) || (file.contains('\\') && file.contains(&part.replace('/', "\\")))
 }
 
 fn is_py(file: &str) -> bool {

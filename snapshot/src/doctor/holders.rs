@@ -4,8 +4,7 @@
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
-use crate::categories::{call_site, Categories, Category, CategoryBytes, N};
-use crate::frames::frame_line;
+use crate::categories::{Categories, Category, CategoryBytes, N};
 use crate::model::{Snapshot, StackId};
 use crate::timeline::Timeline;
 
@@ -33,12 +32,7 @@ pub fn top_sites(snap: &Snapshot, live: impl Iterator<Item = (Option<StackId>, u
     }
     let mut by_site: FxHashMap<String, (u64, u32)> = FxHashMap::default();
     for (stack, (bytes, count)) in by_stack {
-        let site = match stack {
-            None => "(no stack)".to_string(),
-            Some(s) => {
-                call_site(snap, s).map_or("(no frames)".into(), |f| frame_line(snap, &snap.frames[f.0 as usize]))
-            }
-        };
+        let site = crate::diff::site_name(snap, stack);
         let e = by_site.entry(site).or_default();
         e.0 = e.0.saturating_add(bytes);
         e.1 += count;

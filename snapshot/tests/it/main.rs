@@ -5,6 +5,7 @@ mod bad_input;
 mod categories;
 mod corpus;
 mod doctor;
+mod flame;
 mod python;
 
 /// A deterministic PRNG for chunk sizes and mutations.

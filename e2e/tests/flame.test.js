@@ -1,0 +1,187 @@
+// The flame graph, driven like a user on the bundled example: at the peak its root is the
+// peak of `memscape stats --json`, and its lines of code are the call sites alive at the peak
+// of `memscape diff --json` (the example against an empty snapshot, so that every site alive
+// at its peak is a change); a click zooms, the pointer shows bytes and share, the search
+// flags frames, the lifetime mode draws another picture, a click on the category chart
+// moves the step, and a click on a line shows its allocations highlighted on the timeline.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdirSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { join } from 'node:path';
+import { openExample, paintedPixels, pixelHash, settle as settleDown, ROOT, CORPUS } from '../harness.js';
+
+const SHOTS = join(ROOT, 'e2e', 'screenshots');
+const MEMSCAPE = join(ROOT, 'target', 'debug', 'memscape');
+const EXAMPLE = join(ROOT, 'examples', 'cs336-fullstep.pickle');
+const ROW = 18; // draw/flame.rs
+let view, page;
+
+function cli(...args) {
+  return JSON.parse(execFileSync(MEMSCAPE, args, { stdio: ['ignore', 'pipe', 'pipe'], maxBuffer: 1 << 26 }).toString());
+}
+
+const settle = () => settleDown(page);
+const pixels = () => pixelHash(page, 'flame');
+
+/** What the flame graph shows: its total, step, search hits and focused node. */
+function shown() {
+  return page.evaluate(() => {
+    const t = document.querySelector('#flame-total'), c = document.querySelector('#flame');
+    return { bytes: Number(t.dataset.bytes), step: t.dataset.step, text: t.textContent, hits: Number(c.dataset.hits),
+      focus: c.dataset.focus, crumbs: document.querySelectorAll('#flame-crumbs .crumb').length };
+  });
+}
+
+/** Waits until `f(shown())` holds. */
+async function until(f, what) {
+  for (let k = 0; k < 200; k++) {
+    const s = await shown();
+    if (f(s)) { await settle(); return s; }
+    await page.waitForTimeout(50);
+  }
+  assert.fail(`timed out waiting for ${what}: ${JSON.stringify(await shown())}`);
+}
+
+before(async () => {
+  mkdirSync(SHOTS, { recursive: true });
+  view = await openExample();
+  page = view.page;
+  await page.click('#mode-flame');
+  await page.waitForFunction(() => document.querySelector('#flame-total')?.dataset.bytes, null, { timeout: 60000 });
+  await settle();
+});
+
+after(async () => {
+  assert.deepEqual(view.consoleErrors, []);
+  await view.close();
+});
+
+test('at the peak the root is the peak bytes of memscape stats', async () => {
+  const stats = cli('stats', '--json', EXAMPLE);
+  const peak = stats.devices[0].timeline.peak_bytes;
+  const s = await shown();
+  assert.equal(s.bytes, peak);
+  assert.match(s.text, new RegExp(`\\(${peak} bytes\\) alive after step ${s.step} \\(the peak\\)`));
+  const peakStep = await page.evaluate(() => document.querySelector('#timeline').dataset.peakStep);
+  assert.equal(s.step, peakStep);
+  assert.match(s.focus, /^all: 21\.\dGiB$/);
+  assert.ok(await paintedPixels(page, 'flame') > 50000, 'the flame graph is drawn');
+  await page.screenshot({ path: join(SHOTS, '30-flame-peak.png'), fullPage: true });
+});
+
+test('the lines of your code are the call sites alive at the peak of memscape diff', async () => {
+  const d = cli('diff', '--json', join(CORPUS, 'pt25plus-empty-0segs.pickle'), EXAMPLE);
+  const sites = d.sites.filter(x => x.b > 0).map(x => ({ site: x.site, bytes: x.b, count: x.count_b }));
+  const rows = await page.evaluate(() => [...document.querySelectorAll('#flame-lines tr.flame-line')]
+    .map(tr => ({ site: tr.dataset.site, bytes: Number(tr.dataset.bytes), count: Number(tr.dataset.count), text: tr.querySelector('.site').textContent })));
+  assert.ok(rows.length > 10, `${rows.length} lines`);
+  for (const r of rows) assert.equal(r.text, r.site, 'the line is shown as text');
+  assert.deepEqual(rows.map(({ site, bytes, count }) => ({ site, bytes, count })), sites.slice(0, rows.length));
+  assert.equal(rows.length, Math.min(sites.length, 200));
+  assert.match(rows[1].site, /cs336_systems\/adapters\.py:\d+:step$/);
+});
+
+test('hovering shows a frame with its bytes and share; a click zooms into it and the breadcrumb goes back', async () => {
+  const box = await page.locator('#flame').boundingBox();
+  await page.mouse.move(box.x + 12, box.y + ROW * 1.5);
+  await page.waitForFunction(() => /% of all/.test(document.querySelector('#flame-hover').textContent));
+  const hover = await page.textContent('#flame-hover');
+  assert.match(hover, /benchmarking_script\.py:\d+: \d+(\.\d+)?GiB \((\d+\.\d)% of all, \2% of the zoomed frame\), \d+ allocations/);
+  await settle();
+  await page.screenshot({ path: join(SHOTS, '31-flame-hover.png'), fullPage: true });
+
+  await page.mouse.move(0, 0);
+  await settle();
+  const before = await shown();
+  const picture = await pixels();
+  await page.mouse.click(box.x + 12, box.y + ROW * 2.5);
+  const zoomed = await until(s => s.focus !== before.focus, 'the zoom');
+  assert.equal(zoomed.crumbs, 3, 'all > the script > the frame clicked');
+  assert.doesNotMatch(zoomed.focus, /^all/);
+  assert.notEqual(await pixels(), picture);
+  await page.screenshot({ path: join(SHOTS, '32-flame-zoomed.png'), fullPage: true });
+  await page.click('#flame-crumbs .crumb >> nth=0');
+  const back = await until(s => s.focus === before.focus, 'the way back');
+  assert.equal(back.crumbs, 1);
+  await page.mouse.move(0, 0);
+  await settle();
+  assert.equal(await pixels(), picture);
+});
+
+test('a search highlights the frames it matches', async () => {
+  const picture = await pixels();
+  await page.fill('#flame-search', 'adapters.py');
+  await page.press('#flame-search', 'Enter');
+  const s = await until(x => x.hits > 0, 'search hits');
+  assert.ok(s.hits > 5, `${s.hits} frames`);
+  assert.notEqual(await pixels(), picture);
+  await page.screenshot({ path: join(SHOTS, '33-flame-search.png'), fullPage: true });
+  await page.fill('#flame-search', '');
+  await page.press('#flame-search', 'Enter');
+  await until(x => x.hits === 0, 'the search cleared');
+});
+
+test('the bytes x lifetime mode weighs the window and draws another picture', async () => {
+  const at = await shown();
+  const picture = await pixels();
+  await page.check('#flame-lifetime');
+  const s = await until(x => x.text.startsWith('bytes × lifetime'), 'the lifetime mode');
+  assert.match(s.text, /over steps 0\.\.\d+: .*·steps \(on average .* alive\)/);
+  assert.ok(s.bytes > at.bytes * 1000, 'byte-steps over the whole trace');
+  assert.notEqual(await pixels(), picture);
+  const unit = await page.textContent('#flame-lines tr:first-child th:nth-child(3)');
+  assert.equal(unit, 'bytes × steps');
+  await page.screenshot({ path: join(SHOTS, '34-flame-lifetime.png'), fullPage: true });
+  await page.uncheck('#flame-lifetime');
+  await until(x => x.bytes === at.bytes, 'back to the peak');
+});
+
+test('a click on the category chart chooses the step; Peak goes back', async () => {
+  const at = await shown();
+  await page.click('#mode-categories');
+  await page.waitForSelector('#breakdown');
+  const box = await page.locator('#categories').boundingBox();
+  await page.mouse.click(box.x + 76 + (box.width - 90) * 0.3, box.y + box.height / 2);
+  await page.waitForFunction(() => /at step \d+/.test(document.querySelector('#breakdown tr th:nth-child(3)').textContent));
+  const step = (await page.textContent('#breakdown tr th:nth-child(3)')).match(/at step (\d+)/)[1];
+  const total = await page.textContent('#breakdown tr[data-category=total] td:nth-child(3)');
+  await page.click('#mode-flame');
+  const s = await until(x => x.step === step, 'the chosen step');
+  assert.equal(s.text.split(' alive')[0], total, 'the root is the category chart\'s total at that step');
+  assert.ok(s.bytes < at.bytes);
+  await page.screenshot({ path: join(SHOTS, '35-flame-chosen-step.png'), fullPage: true });
+  await page.click('#flame-peak');
+  await until(x => x.step === at.step && x.bytes === at.bytes, 'the peak again');
+});
+
+test('a click on a line of code shows its allocations highlighted on the timeline', async () => {
+  const line = await page.evaluate(() => {
+    const tr = [...document.querySelectorAll('#flame-lines tr.flame-line')].find(tr => !tr.dataset.site.startsWith('('));
+    return { site: tr.dataset.site, count: Number(tr.dataset.count) };
+  });
+  const hitColour = () => page.evaluate(() => {
+    const c = document.getElementById('timeline');
+    const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+    let n = 0;
+    for (let i = 0; i < d.length; i += 4) if (Math.abs(d[i] - 0xd3) + Math.abs(d[i + 1] - 0x37) + Math.abs(d[i + 2] - 0x2c) < 24) n++;
+    return n;
+  });
+  const before = await hitColour();
+  await page.click(`#flame-lines tr.flame-line[data-site="${line.site}"]`);
+  await page.waitForFunction(() => document.querySelector('#timeline-view').style.display === '');
+  await page.waitForFunction(() => /of \d+ matches/.test(document.querySelector('#search-count').textContent));
+  const matches = Number((await page.textContent('#search-count')).match(/of (\d+) matches/)[1]);
+  assert.ok(matches >= line.count, `${matches} allocations of ${line.site}, ${line.count} alive at the peak`);
+  assert.equal(await page.inputValue('#search'), line.site, 'the search box says what is highlighted');
+  await page.waitForFunction(b => {
+    const c = document.getElementById('timeline');
+    const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+    let n = 0;
+    for (let i = 0; i < d.length; i += 4) if (Math.abs(d[i] - 0xd3) + Math.abs(d[i + 1] - 0x37) + Math.abs(d[i + 2] - 0x2c) < 24) n++;
+    return n > b + 2000;
+  }, before, { timeout: 20000 });
+  assert.ok(await hitColour() > before + 2000);
+  await settle();
+  await page.screenshot({ path: join(SHOTS, '36-flame-line-on-timeline.png'), fullPage: true });
+});
