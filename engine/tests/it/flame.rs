@@ -58,7 +58,7 @@ fn at_the_peak_the_root_is_the_peak_and_the_lines_are_the_profiles_call_sites() 
         + v.lines.iter().map(|l| l.site.len()).sum::<usize>();
     assert!(text < 256 << 10, "{text} bytes of text");
 
-    let Response::Profile(p) = e.handle(Request::Profile { doc: doc, device: 0 }) else { panic!() };
+    let Response::Profile(p) = e.handle(Request::Profile { doc, device: 0 }) else { panic!() };
     let lines: Vec<(&str, u64, u32)> = v.lines.iter().map(|l| (l.site.as_str(), l.weight, l.count)).collect();
     let sites: Vec<(&str, u64, u32)> = p.sites.iter().map(|s| (s.site.as_str(), s.bytes, s.count)).collect();
     assert_eq!(lines, sites);
@@ -79,7 +79,7 @@ fn search_flags_frames_and_a_line_finds_its_allocations() {
         assert_eq!(n.hit, n.file.contains("adapters.py"), "{} {}", n.file, n.name);
     }
     let Response::Error(err) = e.handle(Request::Flame {
-        doc: doc,
+        doc,
         device: 0,
         step: None,
         window: None,
@@ -94,7 +94,7 @@ fn search_flags_frames_and_a_line_finds_its_allocations() {
     // at the peak are the line's count; the frame of that line is flagged in the flame graph.
     let line = v.lines.iter().find(|l| !l.site.starts_with('(')).unwrap().clone();
     let q = Query::CallSite(line.site.clone());
-    let Response::Search(r) = e.handle(Request::Search { doc: doc, device: 0, kind: Kind::Blocks, query: q.clone() })
+    let Response::Search(r) = e.handle(Request::Search { doc, device: 0, kind: Kind::Blocks, query: q.clone() })
     else {
         panic!()
     };
