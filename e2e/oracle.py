@@ -3,6 +3,9 @@ snapshot. Only used on the trusted corpus files (pickle.load, as _memory_viz.py 
 
 usage: oracle.py FILE stacks DEVICE ADDR SIZE   -> JSON list of filtered stacks of the alloc
                                                    events with that address and size
+       oracle.py FILE free-stacks DEVICE ADDR SIZE -> the same of the free events (an
+                                                   allocation made before recording is known
+                                                   by the stack of its free)
 """
 import json, pickle, sys
 
@@ -26,7 +29,12 @@ def main():
     path, what = sys.argv[1], sys.argv[2]
     with open(path, "rb") as fh:
         snap = pickle.load(fh)
-    if what == "stacks":
+    if what == "free-stacks":
+        dev, addr, size = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+        found = [lines(e.get("frames", [])) for e in snap["device_traces"][dev]
+                 if e["action"] in ("free_requested", "free_completed") and e["addr"] == addr and e["size"] == size]
+        print(json.dumps(found))
+    elif what == "stacks":
         dev, addr, size = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
         found = [lines(e.get("frames", [])) for e in snap["device_traces"][dev]
                  if e["action"] == "alloc" and e["addr"] == addr and e["size"] == size]

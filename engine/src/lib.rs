@@ -530,6 +530,14 @@ impl Doc {
             }
         }
         let stable_bytes = known.unwrap_or(lod.stable_bytes);
+        if zoomed.is_none() && y_lo > 0 {
+            // Search matches below the baseline would be hidden: the axis starts under them.
+            let lowest_hit = lod.bands.iter().filter(|b| b.hit_bytes > 0).map(|b| b.offset_bytes).min();
+            if let Some(low) = lowest_hit.filter(|&low| low < y_lo) {
+                (y_lo, y_top) = natural_axis(y_max, low, q.baseline);
+                lod = lod_of(y_lo, y_top);
+            }
+        }
         let trace = self.snap.trace(q.device as usize);
         let trace_time = |step: u32| -> Option<i64> { tl.step_entry(step).and_then(|e| trace.time_us(e as usize)) };
         let columns: Vec<ColumnVm> = lod

@@ -605,6 +605,18 @@ fn baseline_and_y_zoom() {
     let own = |v: &ViewModel| v.bands.iter().filter(|b| b.element.is_some()).count();
     assert!(own(&v) > own(&flat), "{} vs {}", own(&v), own(&flat));
     assert_eq!(ask(&mut e, None, true).y_lo, v.y_lo, "the window's baseline is kept");
+    // A search whose matches lie below the baseline lowers the axis to show them.
+    let q = Query::Substring("adapters.py:887".into());
+    let Response::Search(r) = e.handle(Request::Search { doc, device: 0, kind: Kind::Blocks, query: q }) else {
+        panic!()
+    };
+    assert!(!r.matches.is_empty());
+    let s = ask(&mut e, None, true);
+    let lowest = s.bands.iter().filter(|b| b.hit_bytes > 0).map(|b| b.offset).min().unwrap();
+    assert!(lowest < v.y_lo, "the optimizer state lies under the baseline");
+    assert!(s.y_lo <= lowest, "{} above the lowest match at {lowest}", s.y_lo);
+    assert!(matches!(e.handle(Request::ClearSearch { doc }), Response::Done));
+    assert_eq!(ask(&mut e, None, true).y_lo, v.y_lo);
 
     // A small allocation alive at the peak (the example's largest under 1 MiB are 160 KiB):
     // too thin to draw alone at full height; at 1/100 of it, a hover on its pixel row finds it.
