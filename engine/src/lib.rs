@@ -66,8 +66,8 @@ struct Lane {
     hits: Option<(Vec<bool>, u32)>,
     /// The bands of the last view drawn (what a hover outlines).
     drawn: Vec<BandVm>,
-    /// The baseline of the last window asked for: (start, end, columns) and its bytes.
-    baseline: Option<((u64, u64, u32), u64)>,
+    /// The baseline of the last view (the next view's first guess).
+    baseline: Option<u64>,
 }
 
 impl Lane {
@@ -516,28 +516,26 @@ impl Doc {
             let min_bytes = if q.totals_only { u64::MAX } else { min_bytes(hi.saturating_sub(lo), q.rows) };
             tl.lod_marked(&LodQuery { start, end, columns: q.columns, min_bytes }, hits)
         };
-        let window = (start.to_bits(), end.to_bits(), q.columns);
         let zoomed = q.y.filter(|y| y.1 > y.0);
-        let known = lane.baseline.filter(|b| b.0 == window).map(|b| b.1);
-        let (mut y_lo, mut y_top) = zoomed.unwrap_or_else(|| natural_axis(y_max, known.unwrap_or(0), q.baseline));
-        let mut lod = lod_of(y_lo, y_top);
-        if known.is_none() && zoomed.is_none() {
-            let axis = natural_axis(y_max, lod.stable_bytes, q.baseline);
-            if axis != (y_lo, y_top) {
-                // The first view of this window learns its baseline, then draws the finer picture.
-                (y_lo, y_top) = axis;
-                lod = lod_of(y_lo, y_top);
+        // The baseline is a by-product of the sweep. Until it is known, the last view's sets
+        // how thin an element may be and still be drawn alone; positions do not depend on
+        // that threshold, so the axis moves to this window's baseline after one sweep, and
+        // only a guess more than twice too coarse (the first view) is swept again.
+        let guess = zoomed.unwrap_or_else(|| natural_axis(y_max, lane.baseline.unwrap_or(0), q.baseline));
+        let mut lod = lod_of(guess.0, guess.1);
+        let stable_bytes = lod.stable_bytes;
+        let (y_lo, y_top) = match zoomed {
+            Some(y) => y,
+            None => {
+                // Search matches below the baseline would be hidden: the axis starts under them.
+                let lowest_hit = lod.bands.iter().filter(|b| b.hit_bytes > 0).map(|b| b.offset_bytes).min();
+                let axis = natural_axis(y_max, stable_bytes.min(lowest_hit.unwrap_or(u64::MAX)), q.baseline);
+                if (axis.1 - axis.0).saturating_mul(2) < guess.1 - guess.0 {
+                    lod = lod_of(axis.0, axis.1);
+                }
+                axis
             }
-        }
-        let stable_bytes = known.unwrap_or(lod.stable_bytes);
-        if zoomed.is_none() && y_lo > 0 {
-            // Search matches below the baseline would be hidden: the axis starts under them.
-            let lowest_hit = lod.bands.iter().filter(|b| b.hit_bytes > 0).map(|b| b.offset_bytes).min();
-            if let Some(low) = lowest_hit.filter(|&low| low < y_lo) {
-                (y_lo, y_top) = natural_axis(y_max, low, q.baseline);
-                lod = lod_of(y_lo, y_top);
-            }
-        }
+        };
         let trace = self.snap.trace(q.device as usize);
         let trace_time = |step: u32| -> Option<i64> { tl.step_entry(step).and_then(|e| trace.time_us(e as usize)) };
         let columns: Vec<ColumnVm> = lod
@@ -574,7 +572,7 @@ impl Doc {
         };
         if let Some(lane) = self.lanes.get_mut(&(q.device, q.kind)).filter(|_| !q.totals_only) {
             lane.drawn = bands.clone();
-            lane.baseline = Some((window, stable_bytes));
+            lane.baseline = Some(stable_bytes);
         }
         let lane = &self.lanes[&(q.device, q.kind)];
         let tl = &lane.timeline;
