@@ -113,7 +113,11 @@ pub fn spans(snap: &Snapshot, device: usize) -> Vec<Span> {
     let mut opened: Vec<(StrId, i64)> = Vec::with_capacity(n_starts);
     let mut open = vec![false; n_starts];
     let mut counts = Fenwick::new(n_starts);
-    let mut latest: FxHashMap<StrId, Vec<u32>> = FxHashMap::default();
+    // The latest open START of each name, and for each START the one of its name it hid:
+    // a stack per name threaded through one array (no allocation per name).
+    let mut latest: FxHashMap<StrId, u32> = FxHashMap::default();
+    latest.reserve(n_starts);
+    let mut hid: Vec<u32> = Vec::with_capacity(n_starts);
     let mut n_open = 0u32;
     let mut out = Vec::new();
     for a in all() {
@@ -123,10 +127,11 @@ pub fn spans(snap: &Snapshot, device: usize) -> Vec<Span> {
             opened.push((a.name, a.time_us));
             open[k] = true;
             counts.add(k, 1);
-            latest.entry(a.name).or_default().push(k as u32);
+            hid.push(latest.insert(a.name, k as u32).unwrap_or(NONE));
             n_open += 1;
         } else if stage == "END" {
-            match latest.get_mut(&a.name).and_then(Vec::pop) {
+            let top = latest.get_mut(&a.name).filter(|k| **k != NONE);
+            match top.map(|top| std::mem::replace(top, hid[*top as usize])) {
                 Some(k) => {
                     let k = k as usize;
                     let (name, start) = opened[k];
@@ -146,6 +151,9 @@ pub fn spans(snap: &Snapshot, device: usize) -> Vec<Span> {
     }
     out
 }
+
+/// No START (the end of a name's stack of open ones).
+const NONE: u32 = u32::MAX;
 
 /// Counts over positions `0..n`: add at a position, sum before a position, O(log n) each.
 struct Fenwick(Vec<i32>);
