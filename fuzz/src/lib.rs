@@ -12,6 +12,7 @@ pub fn exercise(loaded: &snapshot::Loaded) {
             let n = f64::from(t.n_steps());
             let _ = t.lod(&LodQuery { start: -1.0, end: n + 1.0, columns: 64, min_bytes: t.peak_bytes() / 64 });
             let _ = t.element_at(t.peak_step(), t.peak_bytes() / 2);
+            let _ = t.element_near(t.peak_step(), t.peak_bytes() / 2, t.peak_bytes() / 100);
         }
         let st = snapshot::state::StateIndex::build(snap, d);
         let len = snap.trace(d).len();
