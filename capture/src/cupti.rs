@@ -8,7 +8,6 @@
 //! instruction pointers and records one event. Stacks are symbolized only when dumping.
 
 use std::ffi::{c_int, c_void};
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
@@ -19,6 +18,7 @@ use cudarc::cupti::sys as cupti;
 use cudarc::driver::sys as cu;
 
 use crate::event::{now_us, Event, EventKind};
+use crate::output;
 use crate::recorder::Recorder;
 use crate::stacks::{capture_ips, symbolize};
 
@@ -26,6 +26,8 @@ static RECORDER: Mutex<Option<Recorder>> = Mutex::new(None);
 static SUBSCRIBER: AtomicPtr<cupti::CUpti_Subscriber_st> = AtomicPtr::new(ptr::null_mut());
 static DUMP_REQUESTED: AtomicBool = AtomicBool::new(false);
 static OUT_PATH: OnceLock<PathBuf> = OnceLock::new();
+/// Under `memscape capture`: the run's list of written snapshots and this process's rank.
+static RUN_LIST: OnceLock<(PathBuf, Option<u32>)> = OnceLock::new();
 
 use cupti::CUpti_driver_api_trace_cbid_enum as Cbid;
 
@@ -142,15 +144,16 @@ fn current_snapshot() -> Option<snapshot::Snapshot> {
     Some(snap)
 }
 
+/// Writes the snapshot to `path` whole (a temporary of this process's, then a rename), and
+/// notes it in the run's list when `memscape capture` runs this process.
 fn dump(path: &Path) -> std::io::Result<()> {
     let snap = current_snapshot().ok_or_else(|| std::io::Error::other("nothing is being recorded"))?;
-    let tmp = path.with_extension("tmp");
-    {
-        let mut f = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
-        snapshot::write::write_pickle(&snap, &mut f)?;
-        f.flush()?;
+    let pid = std::process::id();
+    output::write_atomically(path, pid, |w| snapshot::write::write_pickle(&snap, w))?;
+    if let Some((list, rank)) = RUN_LIST.get() {
+        output::note(list, &output::Written { pid, rank: *rank, path: path.to_path_buf() })?;
     }
-    std::fs::rename(&tmp, path)
+    Ok(())
 }
 
 /// The device of the calling thread's current context.
@@ -300,7 +303,10 @@ extern "C" fn on_sigusr1(_: c_int) {
 
 /// Called by the CUDA driver when this library is named by `CUDA_INJECTION64_PATH`.
 /// Reads `MEMSCAPE_CAPTURE_OUT`, `MEMSCAPE_CAPTURE_MAX_ENTRIES` and `MEMSCAPE_CAPTURE_EVERY`
-/// (seconds), starts recording, and dumps at exit, on SIGUSR1 and every N seconds.
+/// (seconds), starts recording, and dumps at exit, on SIGUSR1 and every N seconds. Under
+/// `memscape capture` (`MEMSCAPE_CAPTURE_RUN` set) each process writes its own file
+/// (`output::path_for`: by `RANK`, else the first keeps the path, the others add their
+/// process id) and notes it in the run's list.
 #[no_mangle]
 pub extern "C" fn InitializeInjection() -> c_int {
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
@@ -314,7 +320,16 @@ pub extern "C" fn InitializeInjection() -> c_int {
         eprintln!("memscape capture: not recording: {e}");
         return 0;
     }
-    OUT_PATH.set(out).ok();
+    let pid = std::process::id();
+    let rank = output::rank_from(env("RANK").as_deref());
+    let run = env("MEMSCAPE_CAPTURE_RUN").is_some();
+    // Alone (no run), the process keeps the path it was given, as before.
+    let first = rank.is_none() && (!run || output::claim(&out, pid).unwrap_or(false));
+    let path = output::path_for(&out, rank, first, pid);
+    if run {
+        RUN_LIST.set((output::list_path(&out), rank)).ok();
+    }
+    OUT_PATH.set(path).ok();
     // SAFETY: registers a plain extern "C" function with no arguments, as atexit expects.
     unsafe { libc::atexit(dump_at_exit) };
     // SAFETY: installs a handler that only stores to an atomic (async-signal-safe). It

@@ -25,6 +25,7 @@
 #[cfg(target_os = "linux")]
 pub mod devices;
 mod event;
+pub mod output;
 mod recorder;
 mod stacks;
 

@@ -535,10 +535,17 @@ fn capture(
     };
     let (prog, args) = command.split_first().context("no command given after --")?;
     let abs_out = std::path::absolute(out)?;
+    // The run's claim on --out and its list of written files: ours, from an earlier run if
+    // they are still there (never a snapshot).
+    let (claim, list) = (capture::output::claim_path(&abs_out), capture::output::list_path(&abs_out));
+    for f in [&claim, &list] {
+        let _ = std::fs::remove_file(f);
+    }
     let mut cmd = std::process::Command::new(prog);
     cmd.args(args)
         .env("CUDA_INJECTION64_PATH", &lib)
         .env("MEMSCAPE_CAPTURE_OUT", &abs_out)
+        .env("MEMSCAPE_CAPTURE_RUN", std::process::id().to_string())
         .env("MEMSCAPE_CAPTURE_MAX_ENTRIES", max_entries.to_string());
     if let Some(s) = every {
         cmd.env("MEMSCAPE_CAPTURE_EVERY", s.to_string());
@@ -549,20 +556,43 @@ fn capture(
         cmd.env("LD_LIBRARY_PATH", std::env::join_paths(paths)?);
     }
     let status = cmd.status().with_context(|| format!("cannot run {prog}"))?;
-    if !abs_out.exists() {
+    let written = capture::output::read_list(&list);
+    for f in [&claim, &list] {
+        let _ = std::fs::remove_file(f);
+    }
+    let written = written.with_context(|| format!("cannot read the list of written snapshots {}", list.display()))?;
+    if written.is_empty() {
         bail!("{prog} wrote no snapshot to {} (did it use CUDA?)", abs_out.display());
     }
-    let loaded = load(&abs_out)?;
-    if let Some(assets) = &assets {
-        let mut page = abs_out.clone().into_os_string();
+    let mut o = std::io::stdout().lock();
+    if written.len() > 1 {
+        writeln!(o, "{} processes wrote a snapshot each:", written.len())?;
+    }
+    for w in &written {
+        summarize_capture(&mut o, w, assets.as_ref())?;
+    }
+    Ok(ExitCode::from(status.code().unwrap_or(1).clamp(0, 255) as u8))
+}
+
+/// What `memscape capture` prints of one process's snapshot: its file, process and rank;
+/// each device's peak and memory alive at exit; the call sites holding the most at exit.
+/// With the viewer's assets, the offline page beside it too.
+fn summarize_capture(
+    o: &mut impl std::io::Write,
+    w: &capture::output::Written,
+    assets: Option<&offline::Assets>,
+) -> anyhow::Result<()> {
+    let loaded = load(&w.path)?;
+    if let Some(assets) = assets {
+        let mut page = w.path.clone().into_os_string();
         page.push(".html");
-        write_offline(assets, &Input::File(abs_out.clone()), &loaded, None, Path::new(&page))?;
+        write_offline(assets, &Input::File(w.path.clone()), &loaded, None, Path::new(&page))?;
     }
     let snap = &loaded.snapshot;
     let s = snapshot::stats::summary(snap);
-    let mut o = std::io::stdout().lock();
     use snapshot::stats::format_size as fs;
-    writeln!(o, "snapshot: {}", abs_out.display())?;
+    let rank = w.rank.map(|r| format!(", rank {r}")).unwrap_or_default();
+    writeln!(o, "snapshot: {} (process {}{rank})", w.path.display(), w.pid)?;
     for d in &s.devices {
         let (peak, alive) = (d.segment_timeline.peak_bytes, d.reserved_bytes);
         writeln!(
@@ -585,7 +615,7 @@ fn capture(
     for (site, bytes) in sites.iter().take(8) {
         writeln!(o, "  {:>10}  {site}", fs((*bytes).into()))?;
     }
-    Ok(ExitCode::from(status.code().unwrap_or(1).clamp(0, 255) as u8))
+    Ok(())
 }
 
 /// Reads a rules file (or none).
