@@ -67,6 +67,10 @@ fn device_rows(d: &DeviceSummary, rows: &mut Vec<AnyView>) {
     }
     rows.push(row("trace_entries".into(), format!("cuda:{} events", d.device), d.trace_entries, false).into_any());
     rows.push(row("reserved_bytes".into(), format!("cuda:{} reserved", d.device), d.reserved_bytes, true).into_any());
+    if d.outside_allocator_bytes > 0 {
+        let label = format!("cuda:{} outside PyTorch's allocator", d.device);
+        rows.push(row("outside_allocator_bytes".into(), label, d.outside_allocator_bytes, true).into_any());
+    }
     for (pre, label, tl) in
         [("timeline", "allocated", &d.timeline), ("segment_timeline", "reserved", &d.segment_timeline)]
     {

@@ -82,6 +82,18 @@ enum Command {
         #[arg(long)]
         name: Option<String>,
     },
+    /// One snapshot from PyTorch's own and a `memscape capture` of the same process: PyTorch's
+    /// segments with their Python frames, plus every driver allocation outside them (NCCL,
+    /// cuBLAS workspaces, CuPy...) marked as outside PyTorch's allocator.
+    Merge {
+        /// PyTorch's snapshot (`torch.cuda.memory._dump_snapshot`).
+        torch: PathBuf,
+        /// The driver capture of the same process (`memscape capture`).
+        capture: PathBuf,
+        /// Where the merged snapshot goes (a pickle).
+        #[arg(short, long)]
+        output: PathBuf,
+    },
     /// Generate a realistic synthetic snapshot (deterministic for a given seed).
     Synth {
         /// Approximate size of the pickle, e.g. 100M or 1G.
@@ -421,6 +433,30 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let input = Input::new(&file)?;
             let loaded = input.load()?;
             write_offline(&assets, &input, &loaded, name.as_deref(), &output)
+        }
+        Command::Merge { torch, capture, output } => {
+            for input in [&torch, &capture] {
+                if std::path::absolute(input)? == std::path::absolute(&output)? {
+                    bail!(
+                        "{}: the merged snapshot would overwrite an input; name another file with -o",
+                        output.display()
+                    );
+                }
+            }
+            let (t, c) = (load(&torch)?, load(&capture)?);
+            let (merged, what) = snapshot::merge::merge_capture(&t.snapshot, &c.snapshot);
+            let bytes = snapshot::write::to_pickle_bytes(&merged);
+            std::fs::write(&output, bytes).with_context(|| format!("{}: cannot write", output.display()))?;
+            let outside: u64 = what.outside.iter().map(|o| o.2).sum();
+            println!(
+                "{}: PyTorch's {} segments, {} driver allocations inside them left out, {} outside PyTorch's allocator added ({})",
+                output.display(),
+                t.snapshot.segments.len(),
+                what.inside,
+                what.outside.len(),
+                snapshot::stats::format_size(outside.into())
+            );
+            Ok(())
         }
         Command::Synth {
             size,
@@ -892,6 +928,13 @@ fn print_stats(out: &mut impl std::io::Write, s: &snapshot::stats::Summary) -> s
             d.trace_entries,
             fs(d.reserved_bytes.into())
         )?;
+        if d.outside_allocator_bytes > 0 {
+            writeln!(
+                out,
+                "  outside PyTorch's allocator (from a driver capture): {}",
+                fs(d.outside_allocator_bytes.into())
+            )?;
+        }
         for (name, t) in [("allocations", &d.timeline), ("segments", &d.segment_timeline)] {
             writeln!(
                 out,

@@ -11,7 +11,8 @@
 //!   [`doctor`] (why it ran out of memory, and what-if budgets) and [`flame`] (what is alive,
 //!   by call stack).
 //! - [`write`] produces a pickle that PyTorch's tools load; [`synth`] generates realistic
-//!   snapshots of any size.
+//!   snapshots of any size; [`merge`] puts PyTorch's snapshot and a driver capture of the
+//!   same process together.
 //!
 //! ```
 //! let pickle = snapshot::write::to_pickle_bytes(&snapshot::synth::generate(&snapshot::synth::Options {
@@ -37,6 +38,7 @@ pub mod diff;
 pub mod doctor;
 pub mod flame;
 pub mod frames;
+pub mod merge;
 pub mod search;
 pub mod state;
 pub mod stats;

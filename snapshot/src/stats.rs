@@ -31,6 +31,10 @@ pub struct DeviceSummary {
     pub trace_entries: u64,
     /// Σ `total_size` of its segments.
     pub reserved_bytes: u64,
+    /// Of those, bytes of segments outside PyTorch's caching allocator (added from a driver
+    /// capture by [`crate::merge::merge_capture`]; 0 in PyTorch's own snapshots).
+    #[serde(default)]
+    pub outside_allocator_bytes: u64,
     /// The Active Memory Timeline.
     pub timeline: TimelineSummary,
     /// The reserved-memory (segment) timeline.
@@ -124,6 +128,12 @@ pub fn summary_with(snap: &Snapshot, mut also: impl FnMut(Timeline)) -> Summary 
             device: d as u64,
             trace_entries: snap.trace(d).len() as u64,
             reserved_bytes: per_device.get(&(d as i64)).map_or(0, |s| s.1),
+            outside_allocator_bytes: snap
+                .segments
+                .iter()
+                .filter(|s| s.device == d as i64 && crate::merge::is_outside(snap, s))
+                .map(|s| s.total_size)
+                .sum(),
             timeline: TimelineSummary::of(&blocks),
             segment_timeline: TimelineSummary::of(&segs),
             gpu: gpus.iter().find(|g| g.device == d as i64).cloned(),

@@ -177,3 +177,44 @@ fn pytorchs_memory_viz_reads_what_capture_writes() {
     assert_eq!(memory_viz_stats(&written), ("2".into(), "10.0MiB".into()));
     std::fs::remove_file(written).ok();
 }
+
+/// PyTorch's snapshot of the step merged with the driver capture of the same step: PyTorch's
+/// segments once, with its Python frames; the 201,590,784 bytes it cannot see (cuBLAS's
+/// workspaces and CuPy's 64 MiB) as segments outside its allocator, each by the library that
+/// asked; the reserved total the capture's.
+#[test]
+fn merging_pytorchs_snapshot_with_the_capture_counts_each_byte_once() {
+    use snapshot::merge::{is_outside, merge_capture};
+    let torch = load("torch.pickle.gz");
+    let ours = load("ours.pickle");
+    let (m, what) = merge_capture(&torch, &ours);
+    let mine: Vec<_> = m.segments.iter().filter(|s| !is_outside(&m, s)).collect();
+    assert_eq!(mine.len(), torch.segments.len(), "PyTorch's segments, once");
+    assert_eq!(what.inside + what.outside.len(), ours.segments.len());
+    let py_blocks = |snap: &Snapshot| -> usize {
+        let py = |b: &snapshot::Block| frames(snap, b.frames).iter().any(|f| f.1.ends_with(".py"));
+        snap.segments.iter().flat_map(|s| &s.blocks).filter(|b| py(b)).count()
+    };
+    assert!(py_blocks(&torch) > 0);
+    assert_eq!(py_blocks(&m), py_blocks(&torch), "PyTorch's blocks keep their Python frames");
+    let outside: Vec<_> = m.segments.iter().filter(|s| is_outside(&m, s)).collect();
+    let by_lib = |lib: &str| -> u64 {
+        outside.iter().filter(|s| asker(&m, s.blocks[0].frames).1.contains(lib)).map(|s| s.total_size).sum()
+    };
+    let unseen: u64 = outside.iter().map(|s| s.total_size).sum();
+    assert_eq!(unseen, 201_590_784);
+    assert_eq!(by_lib("libcublas"), 2 * 64 * MIB + 2 * 128 * 1024 + 2 * 1024);
+    assert_eq!(by_lib("cupy"), 64 * MIB);
+    let total = |s: &Snapshot| s.segments.iter().map(|s| s.total_size).sum::<u64>();
+    assert_eq!(total(&m), total(&ours), "the capture's reserved total");
+    assert!(total(&torch) < total(&m));
+    // Written and read again (by our reader and by PyTorch's _memory_viz.py), the same.
+    let path = std::env::temp_dir().join(format!("memscape-merged-{}.pickle", std::process::id()));
+    std::fs::write(&path, snapshot::write::to_pickle_bytes(&m)).unwrap();
+    let back = snapshot::read(&std::fs::read(&path).unwrap()).unwrap().snapshot;
+    assert_eq!(back.segments.iter().filter(|s| is_outside(&back, s)).count(), outside.len());
+    let (segments, reserved) = memory_viz_stats(&path);
+    assert_eq!(segments, m.segments.len().to_string());
+    assert_eq!(reserved, snapshot::stats::format_size(total(&ours).into()));
+    std::fs::remove_file(&path).unwrap();
+}

@@ -192,6 +192,30 @@ fn stats_names_the_device_of_a_captured_snapshot() {
     assert_eq!(gpu["process_used_bytes"], 3_760_193_536u64);
 }
 
+/// `merge` of PyTorch's snapshot and the capture of the same step (recorded on the H100):
+/// `stats` then counts what PyTorch could not see as outside its allocator, and refuses to
+/// write over an input.
+#[test]
+fn merge_then_stats_shows_memory_outside_pytorchs_allocator() {
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("../capture/tests/data/h100");
+    let (torch, ours) = (data.join("torch.pickle.gz"), data.join("ours.pickle"));
+    let merged = std::env::temp_dir().join(format!("memscape-merge-{}.pickle", std::process::id()));
+    let out = memscape(&["merge", torch.to_str().unwrap(), ours.to_str().unwrap(), "-o", merged.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("outside PyTorch's allocator added (192.3MiB)"));
+    let json = stats_json(&merged);
+    assert_eq!(json["devices"][0]["outside_allocator_bytes"], 201_590_784u64);
+    assert_eq!(json["total_reserved"], stats_json(&ours)["total_reserved"]);
+    assert_eq!(stats_json(&torch)["devices"][0]["outside_allocator_bytes"], 0);
+    let text = String::from_utf8(memscape(&["stats", merged.to_str().unwrap()]).stdout).unwrap();
+    assert!(text.contains("outside PyTorch's allocator (from a driver capture): 192.3MiB"), "{text}");
+    let refused =
+        memscape(&["merge", torch.to_str().unwrap(), merged.to_str().unwrap(), "-o", merged.to_str().unwrap()]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("would overwrite an input"));
+    std::fs::remove_file(&merged).unwrap();
+}
+
 /// `synth --truth`, `stats --json` categories and leaks, `diff --json`, `--rules`: the planted
 /// answers come out of the real binary.
 #[test]
