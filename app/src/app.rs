@@ -83,6 +83,20 @@ fn listen_to_window(redraw: Redraw) {
         on_theme.forget();
     }
     watch_pixel_ratio(redraw);
+    // Not every change fires the media query (Chromium's emulation of another screen does
+    // not): a look once a second catches the rest.
+    let ratio = StoredValue::new(crate::draw::pixel_ratio());
+    let poll = Closure::<dyn Fn()>::new(move || {
+        let now = crate::draw::pixel_ratio();
+        if now != ratio.get_value() {
+            ratio.set_value(now);
+            redraw.bump();
+        }
+    });
+    if let Some(w) = web_sys::window() {
+        let _ = w.set_interval_with_callback_and_timeout_and_arguments_0(poll.as_ref().unchecked_ref(), 1000);
+    }
+    poll.forget();
 }
 
 /// Redraws once the pixel ratio leaves its current value, then watches the new one (a media

@@ -257,3 +257,21 @@ test('on a 2x screen the plot is drawn at device pixels: a band edge is one devi
   assert.ok(r.blurred <= r.edges / 10, `${r.blurred} of ${r.edges} edges are spread over more than one device pixel`);
   await page.screenshot({ path: join(SHOTS, '18-hidpi.png'), clip: { x: 0, y: 120, width: 700, height: 360 } });
 });
+
+test('moving the window to a 2x screen draws the plot again at the new ratio', async () => {
+  const { page } = await example();
+  const width = () => page.evaluate(() => document.getElementById('timeline').width);
+  const css = await page.evaluate(() => document.getElementById('timeline').clientWidth);
+  assert.equal(await width(), css);
+  const cdp = await page.context().newCDPSession(page);
+  await cdp.send('Emulation.setDeviceMetricsOverride', { width: 1400, height: 1000, deviceScaleFactor: 2, mobile: false });
+  await page.waitForFunction(w => document.getElementById('timeline').width === 2 * w, css, { timeout: 5000 });
+  // The worker's picture follows: as many pixel columns as device pixels.
+  await page.waitForFunction(() => {
+    const c = document.getElementById('timeline');
+    const d = c.getContext('2d').getImageData(Math.round(c.width * 0.3), 0, 1, c.height).data;
+    let runs = 0;
+    for (let i = 4; i < d.length; i += 4) if (d[i] !== d[i - 4] || d[i + 1] !== d[i - 3]) runs++;
+    return runs > 100;
+  }, null, { timeout: 5000 });
+});
