@@ -129,8 +129,8 @@ fn read_profile(path: &Path) -> anyhow::Result<Option<ProfileFile>> {
 fn read_rank(path: &Path, rules: &Compiled) -> anyhow::Result<RankInput> {
     let file = path.display().to_string();
     Ok(match read_profile(path)? {
-        Some(p) => RankInput { file, source: Some(p.source), profile: p.profile },
-        None => RankInput { file, source: None, profile: snapshot_profile(path, None, rules)? },
+        Some(p) => RankInput::new(file, Some(p.source), p.profile),
+        None => RankInput::new(file, None, snapshot_profile(path, None, rules)?),
     })
 }
 

@@ -459,7 +459,25 @@ pub fn diff(a: &Profile, b: &Profile, align: Align, sites_by: SiteMode) -> Diff 
         SiteMode::Frame => (&a.sites, &b.sites),
         SiteMode::Stack => (&a.stacks, &b.stacks),
     };
-    let mut sites = site_deltas(ta, tb);
+    let mut rows: FxHashMap<&str, SiteDelta> = FxHashMap::default();
+    for (t, is_a) in [(ta, true), (tb, false)] {
+        for s in t {
+            let r = rows.entry(&s.site).or_insert_with(|| SiteDelta {
+                site: s.site.clone(),
+                a: 0,
+                b: 0,
+                count_a: 0,
+                count_b: 0,
+            });
+            if is_a {
+                (r.a, r.count_a) = (s.bytes, s.count);
+            } else {
+                (r.b, r.count_b) = (s.bytes, s.count);
+            }
+        }
+    }
+    let mut sites: Vec<SiteDelta> = rows.into_values().filter(|r| r.a != r.b).collect();
+    sites.sort_by(|x, y| y.delta().abs().cmp(&x.delta().abs()).then_with(|| x.site.cmp(&y.site)));
     sites.truncate(ROWS);
 
     // Allocations made a different number of times.
@@ -501,31 +519,6 @@ pub fn diff(a: &Profile, b: &Profile, align: Align, sites_by: SiteMode) -> Diff 
             Align::Time => "µs since the first event".into(),
         },
     }
-}
-
-/// The call sites whose bytes differ between two tables of [`Profile::sites`] (or
-/// [`Profile::stacks`]), largest change first (then by name). O(a + b + k log k) for k changed.
-pub fn site_deltas(a: &[SiteBytes], b: &[SiteBytes]) -> Vec<SiteDelta> {
-    let mut rows: FxHashMap<&str, SiteDelta> = FxHashMap::default();
-    for (t, is_a) in [(a, true), (b, false)] {
-        for s in t {
-            let r = rows.entry(&s.site).or_insert_with(|| SiteDelta {
-                site: s.site.clone(),
-                a: 0,
-                b: 0,
-                count_a: 0,
-                count_b: 0,
-            });
-            if is_a {
-                (r.a, r.count_a) = (s.bytes, s.count);
-            } else {
-                (r.b, r.count_b) = (s.bytes, s.count);
-            }
-        }
-    }
-    let mut sites: Vec<SiteDelta> = rows.into_values().filter(|r| r.a != r.b).collect();
-    sites.sort_by(|x, y| y.delta().abs().cmp(&x.delta().abs()).then_with(|| x.site.cmp(&y.site)));
-    sites
 }
 
 fn unmatched_segments(a: &[SegmentKey], b: &[SegmentKey]) -> (Vec<SegmentKey>, Vec<SegmentKey>) {

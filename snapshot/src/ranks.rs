@@ -1,4 +1,4 @@
-//! A whole run, one file per rank: the profile file format (a [`diff::Profile`] written as a
+//! A whole run, one file per rank: the profile file format (a [`Profile`] (the diff's) written as a
 //! file of its own, so that each rank can be summarized where its snapshot was written), the
 //! rank a file name gives ([`rank_from_name`]), and the overview of many ranks with the
 //! outliers and the call site that makes each one's difference ([`summarize`]).
@@ -16,10 +16,11 @@
 
 use std::fmt;
 
+use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize, Serializer};
 
 use crate::categories::{Category, N};
-use crate::diff::{self, Profile};
+use crate::diff::Profile;
 
 /// The first word of a profile file.
 pub const PROFILE_MAGIC: &str = "memscape-profile";
@@ -131,24 +132,27 @@ pub fn rank_from_name(path: &str) -> Option<u32> {
     keyword_rank(name).or_else(|| trailing_rank(name)).or_else(|| parts.next().and_then(keyword_rank))
 }
 
-/// Rule 1 of [`rank_from_name`].
+/// Rule 1 of [`rank_from_name`]. (No allocation: it runs once per rank of a thousand.)
 fn keyword_rank(name: &str) -> Option<u32> {
-    let lower = name.to_ascii_lowercase();
-    let b = lower.as_bytes();
+    let b = name.as_bytes();
     let mut found = None;
-    for (at, _) in lower.match_indices("rank") {
-        let before = &lower[..at];
-        if before.as_bytes().last().is_some_and(u8::is_ascii_alphabetic) {
+    for at in 0..b.len().saturating_sub(3) {
+        if !b[at..at + 4].eq_ignore_ascii_case(b"rank") {
             continue;
         }
-        if before.trim_end_matches(['_', '-', '.']).ends_with("local") {
+        let before = &b[..at];
+        if before.last().is_some_and(u8::is_ascii_alphabetic) {
+            continue;
+        }
+        let trimmed = before.len() - before.iter().rev().take_while(|c| matches!(c, b'_' | b'-' | b'.')).count();
+        if before[..trimmed].len() >= 5 && before[trimmed - 5..trimmed].eq_ignore_ascii_case(b"local") {
             continue;
         }
         let mut k = at + 4;
         if matches!(b.get(k), Some(b'_' | b'-' | b'.' | b'=')) {
             k += 1;
         }
-        if let Some(r) = digits_at(&lower[k..], 9) {
+        if let Some(r) = digits_at(&b[k..], 9) {
             found = Some(r);
         }
     }
@@ -157,29 +161,33 @@ fn keyword_rank(name: &str) -> Option<u32> {
 
 /// Rule 2 of [`rank_from_name`].
 fn trailing_rank(name: &str) -> Option<u32> {
-    const EXTENSIONS: [&str; 8] = [".gz", ".zst", ".pickle", ".pkl", ".pt", ".json", ".html", ".profile"];
-    let lower = name.to_ascii_lowercase();
-    let mut stem = lower.as_str();
-    while let Some(s) = EXTENSIONS.iter().find_map(|e| stem.strip_suffix(e)) {
-        stem = s;
+    const EXTENSIONS: [&[u8]; 8] = [b".gz", b".zst", b".pickle", b".pkl", b".pt", b".json", b".html", b".profile"];
+    let ends_with = |s: &[u8], e: &[u8]| s.len() >= e.len() && s[s.len() - e.len()..].eq_ignore_ascii_case(e);
+    let mut stem = name.as_bytes();
+    while let Some(e) = EXTENSIONS.iter().find(|e| ends_with(stem, e)) {
+        stem = &stem[..stem.len() - e.len()];
     }
-    let start = stem.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+    let start = stem.len() - stem.iter().rev().take_while(|c| c.is_ascii_digit()).count();
     let digits = &stem[start..];
     if digits.is_empty() || digits.len() > 6 {
         return None;
     }
-    let before = stem[..start].strip_suffix(['_', '-', '.'])?;
-    let word = before.rsplit(|c: char| !c.is_ascii_alphabetic()).next().unwrap_or("");
-    if ["step", "iter", "iteration", "epoch", "batch", "pid"].contains(&word) {
+    let before = stem[..start].strip_suffix(b"_").or_else(|| stem[..start].strip_suffix(b"-"));
+    let before = before.or_else(|| stem[..start].strip_suffix(b"."))?;
+    let word = &before[before.len() - before.iter().rev().take_while(|c| c.is_ascii_alphabetic()).count()..];
+    if [&b"step"[..], b"iter", b"iteration", b"epoch", b"batch", b"pid"].iter().any(|w| word.eq_ignore_ascii_case(w)) {
         return None;
     }
-    digits.parse().ok()
+    digits_at(digits, 6)
 }
 
-/// The number the text starts with (at most `most` digits), if it starts with a digit.
-fn digits_at(text: &str, most: usize) -> Option<u32> {
-    let n = text.bytes().take_while(u8::is_ascii_digit).count();
-    (n > 0 && n <= most).then(|| text[..n].parse().ok()).flatten()
+/// The number the bytes start with (at most `most` digits), if they start with a digit.
+fn digits_at(text: &[u8], most: usize) -> Option<u32> {
+    let n = text.iter().take_while(|c| c.is_ascii_digit()).count();
+    if n == 0 || n > most {
+        return None;
+    }
+    text[..n].iter().try_fold(0u32, |acc, &d| acc.checked_mul(10)?.checked_add(u32::from(d - b'0')))
 }
 
 /// One rank's file and its profile, as [`summarize`] takes them.
@@ -189,8 +197,18 @@ pub struct RankInput {
     pub file: String,
     /// For a profile file: the snapshot it was made from.
     pub source: Option<String>,
+    /// From the file's name, else its source's ([`rank_from_name`]).
+    pub rank: Option<u32>,
     /// The profile of the rank's device.
     pub profile: Profile,
+}
+
+impl RankInput {
+    /// A rank's file, its rank read from its name (or its source's).
+    pub fn new(file: String, source: Option<String>, profile: Profile) -> RankInput {
+        let rank = rank_from_name(&file).or_else(|| source.as_deref().and_then(rank_from_name));
+        RankInput { file, source, rank, profile }
+    }
 }
 
 /// One rank of the overview.
@@ -286,11 +304,10 @@ pub fn outlier_threshold(median_bytes: u64, mad_bytes: u64) -> u64 {
 /// The overview of a run: a row per rank, the median rank, and the outliers with the call
 /// site that makes each one's difference (the largest growth among the call sites alive at
 /// the peak, from the median rank's profile to the outlier's). O(r log r) in ranks, plus
-/// O(s) in call sites per outlier.
+/// O(s) in the call sites of each outlier.
 pub fn summarize(inputs: &[RankInput]) -> Ranks {
     let mut order: Vec<usize> = (0..inputs.len()).collect();
-    let rank_of = |i: &RankInput| rank_from_name(&i.file).or_else(|| i.source.as_deref().and_then(rank_from_name));
-    let ranks_unsorted: Vec<Option<u32>> = inputs.iter().map(rank_of).collect();
+    let ranks_unsorted: Vec<Option<u32>> = inputs.iter().map(|i| i.rank).collect();
     order.sort_by(|&x, &y| {
         let key = |k: usize| (ranks_unsorted[k].is_none(), ranks_unsorted[k], &inputs[k].file);
         key(x).cmp(&key(y))
@@ -329,19 +346,25 @@ pub fn summarize(inputs: &[RankInput]) -> Ranks {
     let mut by_peak = order.clone();
     by_peak.sort_by_key(|&k| peaks[k]);
     let mid = by_peak[(by_peak.len() - 1) / 2];
-    let base = &inputs[mid].profile;
+    // The median rank's bytes by call site, once for every outlier.
+    let base: FxHashMap<&str, u64> = inputs[mid].profile.sites.iter().map(|s| (s.site.as_str(), s.bytes)).collect();
     for &k in order.iter().filter(|&&k| peaks[k] > threshold) {
-        let top = diff::site_deltas(&base.sites, &inputs[k].profile.sites)
-            .into_iter()
-            .filter(|d| d.b > d.a)
-            .max_by(|x, y| x.delta().cmp(&y.delta()).then_with(|| y.site.cmp(&x.site)));
+        // The largest growth (the first by name among equals); a site only in the median rank
+        // shrank.
+        let top = inputs[k]
+            .profile
+            .sites
+            .iter()
+            .map(|s| (s.bytes.saturating_sub(base.get(s.site.as_str()).copied().unwrap_or(0)), &s.site))
+            .filter(|&(grew, _)| grew > 0)
+            .max_by(|x, y| x.0.cmp(&y.0).then_with(|| y.1.cmp(x.1)));
         out.outliers.push(Outlier {
             file: inputs[k].file.clone(),
             rank: ranks_unsorted[k],
             peak_bytes: peaks[k],
             excess_bytes: peaks[k] - m,
-            top_site_bytes: top.as_ref().map_or(0, |d| d.b - d.a),
-            top_site: top.map(|d| d.site),
+            top_site_bytes: top.map_or(0, |t| t.0),
+            top_site: top.map(|t| t.1.clone()),
         });
     }
     out.outliers.sort_by(|x, y| y.excess_bytes.cmp(&x.excess_bytes).then_with(|| x.file.cmp(&y.file)));

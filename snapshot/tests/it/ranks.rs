@@ -27,7 +27,7 @@ fn rank_profile(seed: u64, extra: u64) -> Profile {
 }
 
 fn input(file: &str, profile: Profile) -> RankInput {
-    RankInput { file: file.into(), source: None, profile }
+    RankInput::new(file.into(), None, profile)
 }
 
 #[track_caller]
@@ -177,7 +177,7 @@ fn rows_are_sorted_by_rank_and_carry_the_profile_figures() {
         input("b/snapshot.pickle", p.clone()),
         input("rank10.pickle", p.clone()),
         input("rank2.pickle", p.clone()),
-        RankInput { file: "x.profile".into(), source: Some("rank_7.pickle".into()), profile: p.clone() },
+        RankInput::new("x.profile".into(), Some("rank_7.pickle".into()), p.clone()),
         input("a/snapshot.pickle", p.clone()),
     ];
     let r = summarize(&inputs);
