@@ -1,5 +1,7 @@
 //! `cargo run --release -p bench -- [--sizes 100M,1G] [--dir DIR] [--skip-baselines]`
-//! (and `cargo run -p bench -- scale`: how the cost of every analysis grows, see `scale.rs`)
+//! (and `cargo run -p bench -- scale`: how the cost of every analysis grows, see `scale.rs`;
+//! `cargo run --release -p bench -- ranks`: `memscape ranks` on 64 and 1,000 profiles, see
+//! `ranks.rs`)
 //!
 //! Generates snapshots with `snapshot::synth`, then measures, each in a fresh process so
 //! peak resident memory is honest: this reader, `pickled` (a correct general pickle reader)
@@ -13,6 +15,7 @@ use std::time::Instant;
 use anyhow::{bail, Context as _};
 use serde_json::json;
 
+mod ranks;
 mod scale;
 
 fn peak_rss_bytes() -> u64 {
@@ -219,6 +222,7 @@ fn main() -> anyhow::Result<()> {
     match args.first().map(String::as_str) {
         Some("--child") => return child(&args[1], Path::new(&args[2]), args[3].parse()?),
         Some("scale") => return scale::main(&args[1..]),
+        Some("ranks") => return ranks::main(&args[1..]),
         _ => {}
     }
     let mut sizes = vec!["100M".to_string(), "1G".to_string()];

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context as _};
 use clap::{Parser, Subcommand};
-use snapshot::timeline::{Timeline, TimelineKind};
+mod ranks;
 
 #[derive(Parser)]
 #[command(name = "memscape", version, about = "Understand PyTorch GPU memory snapshots")]
@@ -66,6 +66,37 @@ enum Command {
         #[arg(long)]
         device: Option<usize>,
         /// Category rules, as for `stats`.
+        #[arg(long)]
+        rules: Option<PathBuf>,
+    },
+    /// Write the compact profile of a snapshot (what `diff` and `ranks` compare: peak,
+    /// reserved, categories and call sites at the peak, a totals curve) as a file of its own:
+    /// run it where each rank's snapshot is written, then `memscape ranks` on the profiles.
+    Profile {
+        /// A snapshot in any form `stats` reads.
+        file: PathBuf,
+        /// The profile file to write (`FILE.profile`, by convention).
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Device (default: the one with the most events).
+        #[arg(long)]
+        device: Option<usize>,
+        /// Category rules, as for `stats`.
+        #[arg(long)]
+        rules: Option<PathBuf>,
+    },
+    /// The ranks of a run side by side (rank, device, peak, reserved, categories at the peak)
+    /// and the outliers: ranks whose peak is well above the median, with the call site that
+    /// makes the difference. Files are snapshots or profiles, mixed; a folder stands for its
+    /// snapshots and profiles.
+    Ranks {
+        /// Snapshots, profiles or folders of them.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Category rules, as for `stats` (for snapshots; a profile has its categories).
         #[arg(long)]
         rules: Option<PathBuf>,
     },
@@ -378,18 +409,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Diff { a, b, json, align, whole_stack, device, rules } => {
             let rules = read_rules(rules.as_deref())?;
-            let profile = |path: &Path| -> anyhow::Result<snapshot::diff::Profile> {
-                let loaded = load(path)?;
-                let snap = &loaded.snapshot;
-                let d = match device {
-                    Some(d) => d,
-                    None => snap.default_device().unwrap_or(0),
-                };
-                let tl = Timeline::build(snap, d, TimelineKind::Blocks);
-                let cats = snapshot::categories::analyze(snap, &tl, &rules);
-                Ok(snapshot::diff::profile(snap, &tl, &cats))
-            };
-            let (pa, pb) = (profile(&a)?, profile(&b)?);
+            let (pa, pb) = (ranks::snapshot_profile(&a, device, &rules)?, ranks::snapshot_profile(&b, device, &rules)?);
             let by = if whole_stack { snapshot::diff::SiteMode::Stack } else { snapshot::diff::SiteMode::Frame };
             let d = snapshot::diff::diff(&pa, &pb, align, by);
             let mut out = std::io::stdout().lock();
@@ -428,6 +448,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Command::Profile { file, output, device, rules } => {
+            ranks::profile_command(&file, &output, device, &read_rules(rules.as_deref())?)
+        }
+        Command::Ranks { files, json, rules } => ranks::ranks_command(&files, json, &read_rules(rules.as_deref())?),
         Command::Html { file, output, name } => {
             let assets = viewer()?;
             let input = Input::new(&file)?;

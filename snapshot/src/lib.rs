@@ -10,6 +10,8 @@
 //!   [`categories`] (what the memory is for), [`diff`] (what changed between two runs),
 //!   [`doctor`] (why it ran out of memory, and what-if budgets) and [`flame`] (what is alive,
 //!   by call stack).
+//! - [`ranks`]: a whole run, one file per rank: profile files, ranks from file names, and
+//!   the outlier ranks with the call site that makes each one's difference.
 //! - [`write`] produces a pickle that PyTorch's tools load; [`synth`] generates realistic
 //!   snapshots of any size; [`merge`] puts PyTorch's snapshot and a driver capture of the
 //!   same process together.
@@ -39,6 +41,7 @@ pub mod doctor;
 pub mod flame;
 pub mod frames;
 pub mod merge;
+pub mod ranks;
 pub mod search;
 pub mod state;
 pub mod stats;

@@ -7,6 +7,8 @@ use std::process::Command;
 
 use serde_json::Value;
 
+mod ranks;
+
 fn memscape(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_memscape")).args(args).output().unwrap()
 }

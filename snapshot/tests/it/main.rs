@@ -7,6 +7,7 @@ mod corpus;
 mod doctor;
 mod flame;
 mod python;
+mod ranks;
 
 /// A deterministic PRNG for chunk sizes and mutations.
 pub struct Rng(pub u64);

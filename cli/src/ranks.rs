@@ -1,0 +1,219 @@
+//! `memscape profile` (a snapshot's compact profile as a file of its own) and `memscape ranks`
+//! (the overview of a run's ranks, with the outliers): reading the files, in parallel, and
+//! printing. What they compute is `snapshot::ranks`.
+
+use std::io::{Read as _, Write as _};
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context as _};
+use rayon::prelude::*;
+use snapshot::categories::{Category, Compiled};
+use snapshot::diff::Profile;
+use snapshot::ranks::{self, ProfileFile, RankInput, Ranks};
+use snapshot::stats::format_size as fs;
+use snapshot::timeline::{Timeline, TimelineKind};
+
+/// The profile of one device of a snapshot file (by default the one with the most events).
+pub(crate) fn snapshot_profile(path: &Path, device: Option<usize>, rules: &Compiled) -> anyhow::Result<Profile> {
+    let loaded = crate::load(path)?;
+    for w in &loaded.warnings {
+        eprintln!("memscape: {}: warning: {w}", path.display());
+    }
+    let snap = &loaded.snapshot;
+    let d = device.or_else(|| snap.default_device()).unwrap_or(0);
+    let tl = Timeline::build(snap, d, TimelineKind::Blocks);
+    let cats = snapshot::categories::analyze(snap, &tl, rules);
+    Ok(snapshot::diff::profile(snap, &tl, &cats))
+}
+
+/// `memscape profile FILE -o OUT`.
+pub(crate) fn profile_command(
+    file: &Path,
+    output: &Path,
+    device: Option<usize>,
+    rules: &Compiled,
+) -> anyhow::Result<()> {
+    if read_profile(file)?.is_some() {
+        bail!("{}: already a memscape profile", file.display());
+    }
+    let profile = snapshot_profile(file, device, rules)?;
+    let written = ProfileFile::new(&file.display().to_string(), profile);
+    let bytes = written.to_bytes();
+    std::fs::write(output, &bytes).with_context(|| format!("{}: cannot write", output.display()))?;
+    let p = &written.profile;
+    let rank = ranks::rank_from_name(&written.source).map(|r| format!("rank {r}, ")).unwrap_or_default();
+    println!(
+        "wrote {} ({} bytes): {rank}device {}, peak {}, reserved {}",
+        output.display(),
+        bytes.len(),
+        p.device,
+        fs(p.peak_bytes.into()),
+        fs(p.reserved_bytes.into())
+    );
+    Ok(())
+}
+
+/// `memscape ranks FILES...`.
+pub(crate) fn ranks_command(paths: &[PathBuf], json: bool, rules: &Compiled) -> anyhow::Result<()> {
+    let files = expand(paths)?;
+    let read: Vec<anyhow::Result<RankInput>> = files.par_iter().map(|f| read_rank(f, rules)).collect();
+    let inputs = read.into_iter().collect::<anyhow::Result<Vec<RankInput>>>()?;
+    let summary = ranks::summarize(&inputs);
+    warn_repeated_ranks(&summary);
+    let mut out = std::io::stdout().lock();
+    if json {
+        serde_json::to_writer(&mut out, &summary)?;
+        writeln!(out)?;
+    } else {
+        print_ranks(&mut out, &summary)?;
+    }
+    Ok(())
+}
+
+/// The file names a folder argument stands for (not its subfolders): snapshots as PyTorch
+/// writes them and profiles. A profile named after a snapshot beside it (`X.profile` beside
+/// `X`) stands for that snapshot, which is not read again.
+const FOLDER_SUFFIXES: [&str; 7] = [".pickle", ".pkl", ".pickle.gz", ".pkl.gz", ".pickle.zst", ".pkl.zst", ".profile"];
+
+/// The files of the arguments, a folder standing for its snapshots and profiles.
+fn expand(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for p in paths {
+        if !p.is_dir() {
+            files.push(p.clone());
+            continue;
+        }
+        let entries = std::fs::read_dir(p).with_context(|| format!("{}: cannot read the folder", p.display()))?;
+        let mut names: Vec<String> = Vec::new();
+        for e in entries {
+            let e = e.with_context(|| format!("{}: cannot read the folder", p.display()))?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            let lower = name.to_ascii_lowercase();
+            if e.path().is_file() && FOLDER_SUFFIXES.iter().any(|s| lower.ends_with(s)) {
+                names.push(name);
+            }
+        }
+        let profiled: std::collections::HashSet<String> =
+            names.iter().filter_map(|n| n.strip_suffix(".profile")).map(str::to_string).collect();
+        names.retain(|n| !profiled.contains(n));
+        if names.is_empty() {
+            bail!(
+                "{}: no snapshot or profile in this folder (looked for {})",
+                p.display(),
+                FOLDER_SUFFIXES.map(|s| format!("*{s}")).join(", ")
+            );
+        }
+        names.sort();
+        files.extend(names.into_iter().map(|n| p.join(n)));
+    }
+    if files.is_empty() {
+        bail!("no file given");
+    }
+    Ok(files)
+}
+
+/// A profile file, read whole; `None` for any other file (which is not read past its start).
+fn read_profile(path: &Path) -> anyhow::Result<Option<ProfileFile>> {
+    let mut f = std::fs::File::open(path).with_context(|| format!("{}: cannot open", path.display()))?;
+    let mut head = Vec::with_capacity(32);
+    (&mut f).take(32).read_to_end(&mut head).with_context(|| format!("{}: cannot read", path.display()))?;
+    if !ranks::is_profile(&head) {
+        return Ok(None);
+    }
+    let mut bytes = head;
+    f.read_to_end(&mut bytes).with_context(|| format!("{}: cannot read", path.display()))?;
+    ProfileFile::from_bytes(&bytes).map(Some).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}
+
+/// One rank's file: a profile, or a snapshot profiled now.
+fn read_rank(path: &Path, rules: &Compiled) -> anyhow::Result<RankInput> {
+    let file = path.display().to_string();
+    Ok(match read_profile(path)? {
+        Some(p) => RankInput::new(file, Some(p.source), p.profile),
+        None => RankInput::new(file, None, snapshot_profile(path, None, rules)?),
+    })
+}
+
+/// A rank read from more than one file is most likely two dumps of one run mixed up.
+fn warn_repeated_ranks(r: &Ranks) {
+    let mut k = 0;
+    while k < r.ranks.len() {
+        let same = r.ranks[k..].iter().take_while(|row| row.rank.is_some() && row.rank == r.ranks[k].rank).count();
+        if same > 1 {
+            let files: Vec<&str> = r.ranks[k..k + same].iter().map(|row| row.file.as_str()).collect();
+            eprintln!(
+                "memscape: warning: rank {} is in {same} files: {}",
+                r.ranks[k].rank.unwrap_or_default(),
+                files.join(", ")
+            );
+        }
+        k += same.max(1);
+    }
+}
+
+fn rank_text(rank: Option<u32>) -> String {
+    rank.map_or("-".into(), |r| r.to_string())
+}
+
+fn print_ranks(out: &mut impl std::io::Write, r: &Ranks) -> std::io::Result<()> {
+    match (r.median_peak_bytes, r.mad_bytes, r.threshold_bytes) {
+        (Some(m), Some(mad), Some(t)) => writeln!(
+            out,
+            "{} ranks: median peak {} (median deviation {}); outliers peak above {}",
+            r.ranks.len(),
+            fs(m.into()),
+            fs(mad.into()),
+            fs(t.into())
+        )?,
+        _ => writeln!(out, "{} ranks (outliers need at least 3)", r.ranks.len())?,
+    }
+    // A column per category that holds anything at some rank's peak.
+    let shown: Vec<Category> =
+        Category::ALL.into_iter().filter(|c| r.ranks.iter().any(|row| row.at_peak[c.index()] > 0)).collect();
+    let width = |c: &Category| c.label().len().max(10);
+    write!(out, "\n{:>5}  {:>6}  {:>10}  {:>10}", "rank", "device", "peak", "reserved")?;
+    for c in &shown {
+        write!(out, "  {:>w$}", c.label(), w = width(c))?;
+    }
+    writeln!(out, "  file")?;
+    for row in &r.ranks {
+        write!(
+            out,
+            "{:>5}  {:>6}  {:>10}  {:>10}",
+            rank_text(row.rank),
+            row.device,
+            fs(row.peak_bytes.into()),
+            fs(row.reserved_bytes.into())
+        )?;
+        for c in &shown {
+            write!(out, "  {:>w$}", fs(row.at_peak[c.index()].into()), w = width(c))?;
+        }
+        let source = row.source.as_ref().map(|s| format!(" (from {s})")).unwrap_or_default();
+        writeln!(out, "  {}{source}", row.file)?;
+    }
+    if r.median_rank.is_none() {
+        return Ok(());
+    }
+    if r.outliers.is_empty() {
+        return writeln!(out, "\nno outliers");
+    }
+    writeln!(out, "\noutliers:")?;
+    let base = r.median_rank.as_ref().map(|m| format!("rank {} ({})", rank_text(m.rank), m.file)).unwrap_or_default();
+    for o in &r.outliers {
+        writeln!(
+            out,
+            "  rank {} ({}): peak {}, {} above the median",
+            rank_text(o.rank),
+            o.file,
+            fs(o.peak_bytes.into()),
+            fs(o.excess_bytes.into())
+        )?;
+        match &o.top_site {
+            Some(site) => {
+                writeln!(out, "    top site: {site} holds {} more than in {base}", fs(o.top_site_bytes.into()))?
+            }
+            None => writeln!(out, "    no call site holds more than in {base} at its peak")?,
+        }
+    }
+    Ok(())
+}
