@@ -90,8 +90,17 @@ impl Window {
     /// Zooms the memory axis by `factor` (below 1 zooms in) around `anchor` bytes (else the
     /// middle); `shown` is the range on screen now, `natural` the range unzoomed (from zero
     /// or the baseline). Zooming out as far as that resets.
+    ///
+    /// The zoom starts from the range last asked for, not from the picture: keys pressed
+    /// faster than views arrive each act on the one before (the picture may still show a
+    /// range already left). Unzoomed, the picture's lower start is kept (search matches
+    /// under the baseline lower it).
     pub(crate) fn zoom_y(self, factor: f64, anchor: Option<f64>, shown: (u64, u64), natural: (u64, u64)) {
-        let (lo, hi) = (shown.0 as f64, shown.1 as f64);
+        let asked = self.docs.tab_untracked().and_then(|t| t.y);
+        let (lo, hi) = match asked {
+            Some((lo, hi)) => (lo as f64, hi as f64),
+            None => (shown.0.min(natural.0) as f64, natural.1 as f64),
+        };
         let at = anchor.unwrap_or((lo + hi) / 2.0);
         let span = ((hi - lo) * factor).max(MIN_Y_SPAN);
         if span >= (natural.1 - natural.0) as f64 * 0.999 {
