@@ -16,11 +16,19 @@ use crate::rules::{RulesEditor, UserRules};
 use crate::state::{Chosen, Docs, Predicted, Redraw, Window};
 use crate::text::{bytes_text, delta_text};
 
+/// The categories a file has a use for: memory outside PyTorch's allocator only in merged
+/// snapshots that hold some.
+fn shown(v: Option<&CategoriesVm>) -> impl Iterator<Item = Category> + '_ {
+    Category::ALL
+        .into_iter()
+        .filter(move |&c| c != Category::OutsideAllocator || v.is_some_and(|v| v.report.max[c.index()].bytes > 0))
+}
+
 /// The view's state: the worker's answer, the hidden categories, the clicked step.
 #[derive(Clone, Copy)]
 pub(crate) struct Cats {
     cats: RwSignal<Option<CategoriesVm>>,
-    hidden: RwSignal<[bool; 8]>,
+    hidden: RwSignal<[bool; snapshot::categories::N]>,
     at: RwSignal<Option<u32>>,
 }
 
@@ -28,7 +36,11 @@ impl Cats {
     /// Asks the worker again whenever the view is shown and the window, device, size, clicked
     /// step or rules change.
     pub(crate) fn new(docs: Docs, shown: Shown, rules: UserRules, redraw: Redraw, predicted: Predicted) -> Cats {
-        let c = Cats { cats: RwSignal::new(None), hidden: RwSignal::new([false; 8]), at: RwSignal::new(None) };
+        let c = Cats {
+            cats: RwSignal::new(None),
+            hidden: RwSignal::new([false; snapshot::categories::N]),
+            at: RwSignal::new(None),
+        };
         let seq = StoredValue::new(0u32);
         let key = Memo::new(move |_| docs.tab().map(|t| (t.info.doc, t.device, t.start.to_bits(), t.end.to_bits())));
         Effect::new(move |_| {
@@ -132,7 +144,7 @@ fn Legend() -> impl IntoView {
     let c = expect_context::<Cats>();
     view! {
         <div class="legend" id="legend">
-            {Category::ALL.into_iter().map(|cat| {
+            {move || c.cats.with(|v| shown(v.as_ref()).collect::<Vec<_>>()).into_iter().map(|cat| {
                 let k = cat.index();
                 view! {
                     <label data-category=cat.key()>
@@ -161,7 +173,7 @@ fn Breakdown(v: CategoriesVm) -> impl IntoView {
                 <tr><th></th><th>{format!("at the peak (step {})", r.peak_step)}</th>
                     <th>{sel.map_or("click the chart".to_string(), |(st, _)| format!("at step {st}"))}</th>
                     <th>"highest"</th></tr>
-                {Category::ALL.into_iter().map(|cat| {
+                {shown(Some(&v)).map(|cat| {
                     let k = cat.index();
                     cat_row(cat, v.colours[k], vec![
                         bytes_text(r.at_peak[k].bytes),

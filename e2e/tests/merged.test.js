@@ -1,6 +1,7 @@
 // A snapshot merged from PyTorch's own recording and `memscape capture` of the same step
 // (the H100 recordings in capture/tests/data/h100): the viewer's statistics show the memory
-// outside PyTorch's allocator as its own row, with the figure `memscape stats --json` gives.
+// outside PyTorch's allocator as its own row, and the categories view as its own category,
+// with the figures `memscape stats --json` gives.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -29,6 +30,21 @@ test('a merged snapshot shows what lies outside PyTorch\'s allocator in its stat
     assert.equal(s.reserved_bytes, cli.devices[0].reserved_bytes);
     const label = await page.locator('#stats-table tr[data-key="outside_allocator_bytes"]').textContent();
     assert.match(label, /cuda:0 outside PyTorch's allocator/);
+
+    // Its own category, in the legend and the breakdown, at the peak and at its highest as
+    // the command line says; the bundled example's legend has no such entry.
+    const cat = key => cli.categories[0][key].find(c => c.category === 'outside_allocator').bytes;
+    assert.ok(cat('at_peak') > 0 && cat('max') >= cat('at_peak'));
+    await page.click('#mode-categories');
+    await page.waitForFunction(() => document.querySelector('#breakdown tr[data-category="outside_allocator"]'), null, { timeout: 30000 });
+    const cells = await page.evaluate(() => [...document.querySelectorAll('#breakdown tr[data-category="outside_allocator"] td')]
+      .map(td => Number((td.textContent.match(/\((\d+) bytes\)/) || [])[1])));
+    assert.equal(cells[0], cat('at_peak'));
+    assert.equal(cells[2], cat('max'));
+    assert.match(await page.locator('#legend label[data-category="outside_allocator"]').textContent(), /outside PyTorch's allocator/);
+    await page.screenshot({ path: join(ROOT, 'e2e', 'screenshots', 'merged-categories.png') });
+    await page.click('.tab:not(.active) .tab-name');
+    await page.waitForFunction(() => document.querySelector('#breakdown tr[data-category="total"]') && !document.querySelector('#legend label[data-category="outside_allocator"]'), null, { timeout: 30000 });
   } finally {
     await close();
   }

@@ -405,12 +405,12 @@ pub struct CategoriesVm {
     pub start: f64,
     pub end: f64,
     /// Per pixel column: the sampled step and bytes per category (in `Category::ALL` order).
-    pub columns: Vec<(u32, [u64; 8])>,
+    pub columns: Vec<(u32, [u64; snapshot::categories::N])>,
     /// Colours of the categories (0xRRGGBB, `Category::ALL` order).
-    pub colours: [u32; 8],
+    pub colours: [u32; snapshot::categories::N],
     pub report: Report,
     /// The breakdown at the asked step.
-    pub selected: Option<(u32, [u64; 8])>,
+    pub selected: Option<(u32, [u64; snapshot::categories::N])>,
     /// Total bytes after the asked step.
     pub selected_total: Option<u64>,
 }

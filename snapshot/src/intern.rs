@@ -46,6 +46,17 @@ impl Strings {
         StrId(id)
     }
 
+    /// The id of `s`, if the table holds it. O(|s|).
+    pub fn find(&self, s: &str) -> Option<StrId> {
+        let hash = FxBuildHasher.hash_one(s);
+        self.table
+            .find(hash, |&id| {
+                let (start, len) = self.spans[id as usize];
+                &self.data[start as usize..(start + len) as usize] == s
+            })
+            .map(|&id| StrId(id))
+    }
+
     /// The string with this id; the empty string for an id this table never gave out.
     pub fn get(&self, id: StrId) -> &str {
         match self.spans.get(id.0 as usize) {

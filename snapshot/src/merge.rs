@@ -8,7 +8,8 @@
 
 use rustc_hash::FxHashMap;
 
-use crate::model::{Segment, Snapshot, StackId};
+use crate::intern::StrId;
+use crate::model::{Action, Segment, Snapshot, StackId, Trace};
 use crate::value::Value;
 
 /// The key a merged segment carries (value `True`) when the driver allocated it outside
@@ -22,6 +23,9 @@ pub struct Merged {
     pub outside: Vec<(i64, u64, u64)>,
     /// Driver allocations inside PyTorch's segments (left out: PyTorch has them).
     pub inside: usize,
+    /// Trace entries of the driver's outside allocations woven into PyTorch's traces by
+    /// time; 0 when either trace has no times.
+    pub events: usize,
 }
 
 /// Whether `seg` was allocated outside PyTorch's caching allocator (by a merge).
@@ -29,52 +33,101 @@ pub fn is_outside(snap: &Snapshot, seg: &Segment) -> bool {
     seg.extras.iter().any(|(k, v)| snap.str(*k) == OUTSIDE_KEY && matches!(v, Value::Bool(true)))
 }
 
-/// `torch` with the allocations of `driver` that none of its segments holds added as
-/// segments outside PyTorch's allocator. O((s + d) log s) for s and d segments.
-pub fn merge_capture(torch: &Snapshot, driver: &Snapshot) -> (Snapshot, Merged) {
-    let mut out = torch.clone();
-    let mut merged = Merged::default();
-    // PyTorch's segments per device, by start address.
-    let mut spans: FxHashMap<i64, Vec<(u64, u64)>> = FxHashMap::default();
-    for s in &torch.segments {
-        spans.entry(s.device).or_default().push((s.address, s.address.saturating_add(s.total_size)));
+/// Whether trace entry `i` of `trace` is a driver allocation outside PyTorch's allocator (by a
+/// merge). O(log e) for e entries with extra keys.
+pub fn is_outside_entry(snap: &Snapshot, trace: &Trace, i: usize) -> bool {
+    trace.extras(i).iter().any(|(k, v)| snap.str(*k) == OUTSIDE_KEY && matches!(v, Value::Bool(true)))
+}
+
+/// PyTorch's address ranges per device: its segments at the end and every segment it
+/// allocated or mapped in its trace (the driver's record of them is PyTorch's memory too),
+/// sorted by start.
+struct Spans(FxHashMap<i64, Vec<(u64, u64)>>);
+
+impl Spans {
+    fn of(torch: &Snapshot) -> Spans {
+        let mut spans: FxHashMap<i64, Vec<(u64, u64)>> = FxHashMap::default();
+        for s in &torch.segments {
+            spans.entry(s.device).or_default().push((s.address, s.address.saturating_add(s.total_size)));
+        }
+        for d in 0..torch.n_trace_lists() {
+            let t = torch.trace(d);
+            for i in 0..t.len() {
+                if matches!(t.action(i), Action::SegmentAlloc | Action::SegmentMap) {
+                    let lo = t.addr(i);
+                    spans.entry(d as i64).or_default().push((lo, lo.saturating_add(t.size(i))));
+                }
+            }
+        }
+        for v in spans.values_mut() {
+            v.sort_unstable();
+            // Overlapping ranges (a segment seen at the end and in the trace, pieces mapped
+            // into an expandable segment) become one, so the last range starting at or before
+            // an address is the only one that can hold it.
+            let mut merged: Vec<(u64, u64)> = Vec::with_capacity(v.len());
+            for &(lo, hi) in v.iter() {
+                match merged.last_mut() {
+                    Some(last) if lo <= last.1 => last.1 = last.1.max(hi),
+                    _ => merged.push((lo, hi)),
+                }
+            }
+            *v = merged;
+        }
+        Spans(spans)
     }
-    for v in spans.values_mut() {
-        v.sort_unstable();
-    }
-    let inside = |device: i64, lo: u64, hi: u64| {
-        spans.get(&device).is_some_and(|v| {
-            // The last segment starting at or before `lo` is the only one that can hold it
-            // (PyTorch's segments do not overlap).
+
+    /// Whether PyTorch's memory on `device` holds bytes `lo..hi`.
+    fn holds(&self, device: i64, lo: u64, hi: u64) -> bool {
+        self.0.get(&device).is_some_and(|v| {
             let k = v.partition_point(|s| s.0 <= lo);
             k > 0 && hi <= v[k - 1].1
         })
-    };
+    }
+}
+
+/// Copies the driver's stacks into the merged snapshot, each once.
+struct Stacks<'a> {
+    driver: &'a Snapshot,
+    copied: FxHashMap<StackId, StackId>,
+}
+
+impl Stacks<'_> {
+    fn copy(&mut self, out: &mut Snapshot, id: Option<StackId>) -> Option<StackId> {
+        let id = id?;
+        if let Some(&m) = self.copied.get(&id) {
+            return Some(m);
+        }
+        let d = self.driver;
+        let frames: Vec<_> = d.stack(id).map(|f| out.add_frame(d.str(f.name), d.str(f.filename), f.line)).collect();
+        let m = out.add_stack(&frames);
+        self.copied.insert(id, m);
+        Some(m)
+    }
+}
+
+/// `torch` with the allocations of `driver` that none of its segments holds added as
+/// segments outside PyTorch's allocator, and their trace entries woven into PyTorch's traces
+/// by time (marked with [`OUTSIDE_KEY`]), so the timeline shows them come and go. An address
+/// range PyTorch held at any time in its trace is PyTorch's. O((s + d + t) log s) for s
+/// and d segments and t trace entries.
+pub fn merge_capture(torch: &Snapshot, driver: &Snapshot) -> (Snapshot, Merged) {
+    let mut out = torch.clone();
+    let mut merged = Merged::default();
+    let spans = Spans::of(torch);
     let key = out.strings.intern(OUTSIDE_KEY);
-    let mut stacks: FxHashMap<StackId, StackId> = FxHashMap::default();
+    let mut stacks = Stacks { driver, copied: FxHashMap::default() };
     for s in &driver.segments {
-        if inside(s.device, s.address, s.address.saturating_add(s.total_size)) {
+        if spans.holds(s.device, s.address, s.address.saturating_add(s.total_size)) {
             merged.inside += 1;
             continue;
         }
-        let mut copy = |id: Option<StackId>| -> Option<StackId> {
-            let id = id?;
-            if let Some(&m) = stacks.get(&id) {
-                return Some(m);
-            }
-            let frames: Vec<_> =
-                driver.stack(id).map(|f| out.add_frame(driver.str(f.name), driver.str(f.filename), f.line)).collect();
-            let m = out.add_stack(&frames);
-            stacks.insert(id, m);
-            Some(m)
-        };
-        let frames = copy(s.frames);
+        let frames = stacks.copy(&mut out, s.frames);
         let blocks = s
             .blocks
             .iter()
             .map(|b| {
                 let mut b = b.clone();
-                b.frames = copy(b.frames);
+                b.frames = stacks.copy(&mut out, b.frames);
                 b.extras.clear();
                 b
             })
@@ -89,7 +142,73 @@ pub fn merge_capture(torch: &Snapshot, driver: &Snapshot) -> (Snapshot, Merged) 
         });
         merged.outside.push((s.device, s.address, s.total_size));
     }
+    merged.events = weave_traces(&mut out, driver, &spans, &mut stacks, key);
     (out, merged)
+}
+
+/// Weaves the driver's trace entries outside PyTorch's memory into `out`'s traces, in time
+/// order (PyTorch's first at equal times); returns how many. Nothing when either trace of a
+/// device has no times: there is no order to put them in. O(t) per device.
+fn weave_traces(out: &mut Snapshot, driver: &Snapshot, spans: &Spans, stacks: &mut Stacks, key: StrId) -> usize {
+    let mut woven = 0;
+    for d in 0..driver.n_trace_lists() {
+        let dt = driver.trace(d);
+        let outside: Vec<usize> = (0..dt.len())
+            .filter(|&i| {
+                let lo = dt.addr(i);
+                dt.has_time()
+                    && dt.time_us(i).is_some()
+                    && !matches!(dt.action(i), Action::Oom | Action::Snapshot)
+                    && !spans.holds(d as i64, lo, lo.saturating_add(dt.size(i).max(1)))
+            })
+            .collect();
+        if outside.is_empty() {
+            continue;
+        }
+        let tt = out.trace(d);
+        if !tt.is_empty() && (!tt.has_time() || (0..tt.len()).any(|i| tt.time_us(i).is_none())) {
+            continue;
+        }
+        let mut woven_trace = Trace::with_capacity(tt.len() + outside.len());
+        let mut next = outside.iter().peekable();
+        let mut copy_driver = |out: &mut Snapshot, t: &mut Trace, i: usize| {
+            let mut e = dt.entry(i);
+            e.frames = stacks.copy(out, e.frames);
+            if let Action::Other(s) = e.action {
+                e.action = Action::Other(out.strings.intern(driver.str(s)));
+            }
+            e.compile_context = None;
+            e.user_metadata = None;
+            e.category = None;
+            e.pool_id = None;
+            e.extras = vec![(key, Value::Bool(true))];
+            t.push(&e);
+        };
+        let traces = out.device_traces.get_or_insert_with(Vec::new);
+        if traces.len() <= d {
+            traces.resize_with(d + 1, Trace::default);
+        }
+        let torch_trace = std::mem::take(&mut traces[d]);
+        for i in 0..torch_trace.len() {
+            let at = torch_trace.time_us(i).unwrap_or(i64::MIN);
+            while let Some(&&j) = next.peek() {
+                if dt.time_us(j).unwrap_or(i64::MAX) >= at {
+                    break;
+                }
+                copy_driver(out, &mut woven_trace, j);
+                next.next();
+            }
+            woven_trace.push(&torch_trace.entry(i));
+        }
+        for &j in next {
+            copy_driver(out, &mut woven_trace, j);
+        }
+        woven += outside.len();
+        if let Some(t) = out.device_traces.as_mut().and_then(|t| t.get_mut(d)) {
+            *t = woven_trace;
+        }
+    }
+    woven
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use super::*;
 pub fn categories(
     canvas: &HtmlCanvasElement,
     vm: &engine::protocol::CategoriesVm,
-    hidden: &[bool; 8],
+    hidden: &[bool; snapshot::categories::N],
     selected: Option<u32>,
     lines: &[(String, u64)],
     th: &Theme,

@@ -208,6 +208,46 @@ fn merging_pytorchs_snapshot_with_the_capture_counts_each_byte_once() {
     let total = |s: &Snapshot| s.segments.iter().map(|s| s.total_size).sum::<u64>();
     assert_eq!(total(&m), total(&ours), "the capture's reserved total");
     assert!(total(&torch) < total(&m));
+    // The outside allocations' own events come and go in the timeline, woven into PyTorch's
+    // trace by time: PyTorch's entries unchanged and in order, the driver's marked outside.
+    use snapshot::merge::is_outside_entry;
+    let (t, mt) = (torch.trace(0), m.trace(0));
+    let theirs: Vec<usize> = (0..mt.len()).filter(|&i| !is_outside_entry(&m, mt, i)).collect();
+    assert_eq!(theirs.len(), t.len());
+    assert!(theirs.iter().enumerate().all(|(k, &i)| mt.entry(i) == t.entry(k)), "PyTorch's entries as they were");
+    let woven = mt.len() - t.len();
+    assert_eq!(woven, what.events);
+    assert!(woven > 0);
+    // Each outside entry sits between PyTorch's entries of its time.
+    for i in (0..mt.len()).filter(|&i| is_outside_entry(&m, mt, i)) {
+        let at = mt.time_us(i).unwrap();
+        let before = (0..i).rev().find(|&j| !is_outside_entry(&m, mt, j));
+        let after = (i + 1..mt.len()).find(|&j| !is_outside_entry(&m, mt, j));
+        assert!(
+            before.is_none_or(|j| mt.time_us(j).unwrap() <= at) && after.is_none_or(|j| mt.time_us(j).unwrap() >= at)
+        );
+    }
+    // And the timeline ends with PyTorch's memory and the outside memory alive at exit.
+    use snapshot::timeline::{Timeline, TimelineKind};
+    let alive_outside: u64 = outside
+        .iter()
+        .flat_map(|s| &s.blocks)
+        .filter(|b| b.state == snapshot::BlockState::ActiveAllocated)
+        .map(|b| b.size)
+        .sum();
+    let (tl, mtl) = (Timeline::build(&torch, 0, TimelineKind::Blocks), Timeline::build(&m, 0, TimelineKind::Blocks));
+    assert_eq!(mtl.final_bytes(), tl.final_bytes() + alive_outside);
+    assert!(mtl.peak_bytes() > tl.peak_bytes());
+    // The categories give that memory its own category, and PyTorch's memory the ones it had.
+    use snapshot::categories::{analyze, Category};
+    let rules = Default::default();
+    let (cats, mcats) = (analyze(&torch, &tl, &rules), analyze(&m, &mtl, &rules));
+    let (end, mend) = (cats.bytes_at(&tl, tl.n_steps() - 1), mcats.bytes_at(&mtl, mtl.n_steps() - 1));
+    let k = Category::OutsideAllocator.index();
+    assert_eq!((end[k], mend[k]), (0, alive_outside));
+    assert_eq!(mend.iter().sum::<u64>(), mtl.final_bytes());
+    let theirs = |b: &[u64]| b.iter().enumerate().filter(|&(i, _)| i != k).map(|(_, b)| *b).collect::<Vec<_>>();
+    assert_eq!(theirs(&mend), theirs(&end), "PyTorch's memory keeps its categories");
     // Written and read again (by our reader and by PyTorch's _memory_viz.py), the same.
     let path = std::env::temp_dir().join(format!("memscape-merged-{}.pickle", std::process::id()));
     std::fs::write(&path, snapshot::write::to_pickle_bytes(&m)).unwrap();

@@ -22,8 +22,10 @@ use super::{
     Budget, Categories, Category, Class, Compiled, Iteration, IterationSource, Leak, Phase, Target, Why, CHECKPOINT, N,
 };
 use crate::frames::{frame_line, stack_lines};
-use crate::model::{Action, FrameId, Snapshot, StackId};
-use crate::timeline::{gallop_while, Origin, Timeline, TimelineKind};
+use crate::intern::StrId;
+use crate::model::{Action, FrameId, Snapshot, StackId, Trace};
+use crate::timeline::{gallop_while, Element, Origin, Timeline, TimelineKind};
+use crate::value::Value;
 
 /// Where an [`Analysis`] is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,6 +63,8 @@ pub struct Analysis {
     /// Some annotation rule of the user's applies to some span.
     annotation_rules: bool,
     stack_rules: FxHashMap<StackId, Option<u16>>,
+    /// The key that marks memory outside PyTorch's allocator, in a merged snapshot.
+    outside: Option<StrId>,
     // Entries.
     phases: Vec<Phase>,
     seen: [bool; 5],
@@ -141,6 +145,7 @@ impl Analysis {
             window_at: 0,
             annotation_rules,
             stack_rules: FxHashMap::default(),
+            outside: snap.strings.find(crate::merge::OUTSIDE_KEY),
             phases: Vec::with_capacity(n_entries),
             seen: [false; 5],
             carry: Phase::Other,
@@ -308,6 +313,9 @@ impl Analysis {
         let trace = snap.trace(tl.device());
         let e = &tl.elements()[id];
         let entry = e.alloc_entry.map(|i| i as usize);
+        if self.outside.is_some_and(|key| is_outside(snap, trace, e, key)) {
+            return Class { category: Category::OutsideAllocator, why: Why::OutsideAllocator };
+        }
         if let Some(c) = entry.and_then(|i| trace.category(i)).and_then(|c| Category::parse(snap.str(c))) {
             return Class { category: c, why: Why::Field };
         }
@@ -632,4 +640,12 @@ fn leak_suspects(snap: &Snapshot, live: FxHashMap<FrameId, Site>, n: usize) -> V
         .collect();
     leaks.sort_by(|a, b| b.bytes_per_iteration.cmp(&a.bytes_per_iteration).then(a.site.cmp(&b.site)));
     leaks
+}
+
+/// Whether a merge marked `e` (its allocation or free entry, or its segment) as outside
+/// PyTorch's allocator.
+fn is_outside(snap: &Snapshot, trace: &Trace, e: &Element, key: StrId) -> bool {
+    let marked = |extras: &[(StrId, Value)]| extras.iter().any(|(k, v)| *k == key && matches!(v, Value::Bool(true)));
+    e.alloc_entry.or(e.free_entry).is_some_and(|i| marked(trace.extras(i as usize)))
+        || e.segment.and_then(|s| snap.segments.get(s as usize)).is_some_and(|s| marked(&s.extras))
 }

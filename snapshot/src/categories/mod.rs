@@ -1,6 +1,6 @@
 //! What the memory is for: a category for every allocation of the Active Memory Timeline
 //! (parameter, optimizer state, gradient, input, activation, autograd detail, temporary,
-//! unknown) with the rule that decided it, the training phase of every event, iterations
+//! unknown, and outside PyTorch's allocator in merged snapshots) with the rule that decided it, the training phase of every event, iterations
 //! with their peaks, per-category bytes over time, the memory budget and leak suspects.
 //!
 //! Sources, in order: a `category` field in the snapshot; the user's [`Rules`]; built-in
@@ -20,7 +20,7 @@ pub use analysis::{Analysis, Stage};
 pub use evidence::{annotation_phase, call_site, spans, stack_phase, Span};
 
 /// Number of categories.
-pub const N: usize = 8;
+pub const N: usize = 9;
 
 /// What an allocation is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -42,6 +42,9 @@ pub enum Category {
     Temporary,
     /// No evidence.
     Unknown,
+    /// Allocated from the driver outside PyTorch's caching allocator (NCCL, cuBLAS
+    /// workspaces, CuPy): only in snapshots merged with a driver capture.
+    OutsideAllocator,
 }
 
 impl Category {
@@ -55,6 +58,7 @@ impl Category {
         Category::AutogradDetail,
         Category::Temporary,
         Category::Unknown,
+        Category::OutsideAllocator,
     ];
 
     /// Position in [`Category::ALL`].
@@ -64,14 +68,32 @@ impl Category {
 
     /// The name in JSON and rule files: `optimizer_state`.
     pub fn key(self) -> &'static str {
-        ["parameter", "optimizer_state", "gradient", "input", "activation", "autograd_detail", "temporary", "unknown"]
-            [self.index()]
+        [
+            "parameter",
+            "optimizer_state",
+            "gradient",
+            "input",
+            "activation",
+            "autograd_detail",
+            "temporary",
+            "unknown",
+            "outside_allocator",
+        ][self.index()]
     }
 
     /// The name for people: `optimizer state`.
     pub fn label(self) -> &'static str {
-        ["parameter", "optimizer state", "gradient", "input", "activation", "autograd detail", "temporary", "unknown"]
-            [self.index()]
+        [
+            "parameter",
+            "optimizer state",
+            "gradient",
+            "input",
+            "activation",
+            "autograd detail",
+            "temporary",
+            "unknown",
+            "outside PyTorch's allocator",
+        ][self.index()]
     }
 
     /// Reads a key, a label or PyTorch's profiler name (`OPTIMIZER_STATE`), in any case.
@@ -209,6 +231,8 @@ pub enum Why {
     UsedByModel,
     /// Made and freed outside the training phases.
     OutsideTemp,
+    /// A driver allocation outside PyTorch's allocator (a merged snapshot).
+    OutsideAllocator,
     /// Nothing to go on.
     NoEvidence,
 }
@@ -249,6 +273,7 @@ impl Why {
             Why::UsedByModel => "made outside the model and alive into a training phase: input",
             Why::OutsideTemp => "made and freed outside forward, backward and the optimizer: temporary",
             Why::NoEvidence => "no stack, annotation or lifetime evidence",
+            Why::OutsideAllocator => "allocated from the driver outside PyTorch's allocator (memscape capture --torch, memscape merge)",
         };
         s.to_string()
     }

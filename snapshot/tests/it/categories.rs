@@ -222,10 +222,11 @@ fn training_usermeta_shows_its_training_step() {
 }
 
 /// Everything an analysis found, for comparing two of them.
-fn findings(tl: &Timeline, c: &snapshot::categories::Categories) -> (String, Vec<[u64; 8]>) {
+fn findings(tl: &Timeline, c: &snapshot::categories::Categories) -> (String, Vec<[u64; snapshot::categories::N]>) {
     let report = c.report(tl, &Rules::default());
     let n = tl.n_steps();
-    let at: Vec<[u64; 8]> = (0..n).step_by((n as usize / 257).max(1)).map(|s| c.bytes_at(tl, s)).collect();
+    let at: Vec<[u64; snapshot::categories::N]> =
+        (0..n).step_by((n as usize / 257).max(1)).map(|s| c.bytes_at(tl, s)).collect();
     (format!("{report:?} {:?} {:?} {:?}", c.classes(), c.max, c.by_rule), at)
 }
 
