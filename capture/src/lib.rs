@@ -28,6 +28,7 @@ mod event;
 pub mod output;
 mod recorder;
 mod stacks;
+pub mod torch;
 
 #[cfg(target_os = "linux")]
 pub mod cupti;

@@ -61,6 +61,11 @@ pub fn list_path(out: &Path) -> PathBuf {
     beside(out, ".memscape-files")
 }
 
+/// The run's folder for PyTorch's dumps and the hook that writes them (`--torch`).
+pub fn torch_dir(out: &Path) -> PathBuf {
+    beside(out, ".memscape-torch")
+}
+
 /// Whether this process is the first of the run to claim `out`: only one can create the
 /// claim file (`create_new` is atomic), whatever the order the processes start in.
 pub fn claim(out: &Path, pid: u32) -> io::Result<bool> {

@@ -177,6 +177,15 @@ enum Command {
         /// Also write the offline HTML page (`OUT.html`) once the program ends.
         #[arg(long)]
         html: bool,
+        /// Also turn on PyTorch's own memory recording in every Python process that uses CUDA
+        /// through torch (no change to its code), and merge it into that process's snapshot:
+        /// PyTorch's blocks with their Python frames, every other driver allocation outside its
+        /// allocator. `--max-entries` is PyTorch's too.
+        #[arg(long)]
+        torch: bool,
+        /// With --torch: the stacks PyTorch records (`python`, or `all` for C++ frames too).
+        #[arg(long, default_value = "python", value_parser = ["python", "all"], requires = "torch")]
+        stacks: String,
         /// The program and its arguments.
         #[arg(last = true, required = true)]
         command: Vec<String>,
@@ -210,8 +219,9 @@ fn parse_align(s: &str) -> Result<snapshot::diff::Align, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Command::Capture { out, max_entries, every, html, command } = &cli.command {
-        return match capture(out, *max_entries, *every, *html, command) {
+    if let Command::Capture { out, max_entries, every, html, torch, stacks, command } = &cli.command {
+        let torch = torch.then(|| capture::torch::Settings { max_entries: *max_entries, stacks: stacks.clone() });
+        return match capture(out, *max_entries, *every, *html, torch, command) {
             Ok(code) => code,
             Err(e) => {
                 eprintln!("memscape: {e:#}");
@@ -473,12 +483,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             std::fs::write(&output, bytes).with_context(|| format!("{}: cannot write", output.display()))?;
             let outside: u64 = what.outside.iter().map(|o| o.2).sum();
             println!(
-                "{}: PyTorch's {} segments, {} driver allocations inside them left out, {} outside PyTorch's allocator added ({})",
+                "{}: PyTorch's {} segments, {} driver allocations inside them left out, {} outside PyTorch's allocator added ({}), {} of their events in the trace",
                 output.display(),
                 t.snapshot.segments.len(),
                 what.inside,
                 what.outside.len(),
-                snapshot::stats::format_size(outside.into())
+                snapshot::stats::format_size(outside.into()),
+                what.events
             );
             Ok(())
         }
@@ -576,6 +587,7 @@ fn capture(
     max_entries: usize,
     every: Option<f64>,
     html: bool,
+    torch: Option<capture::torch::Settings>,
     command: &[String],
 ) -> anyhow::Result<ExitCode> {
     if !capture::driver_present() {
@@ -601,7 +613,15 @@ fn capture(
     for f in [&claim, &list] {
         let _ = std::fs::remove_file(f);
     }
+    // PyTorch's dumps and the hook that writes them, in a folder of the run's beside --out.
+    let torch_dir = capture::output::torch_dir(&abs_out);
+    let _ = std::fs::remove_dir_all(&torch_dir);
     let mut cmd = std::process::Command::new(prog);
+    if let Some(settings) = &torch {
+        let env = capture::torch::prepare(&torch_dir, settings, std::env::var_os("PYTHONPATH").as_deref())
+            .with_context(|| format!("{}: cannot write PyTorch's hook", torch_dir.display()))?;
+        cmd.envs(env);
+    }
     cmd.args(args)
         .env("CUDA_INJECTION64_PATH", &lib)
         .env("MEMSCAPE_CAPTURE_OUT", &abs_out)
@@ -629,7 +649,36 @@ fn capture(
         writeln!(o, "{} processes wrote a snapshot each:", written.len())?;
     }
     for w in &written {
+        let merged = torch.as_ref().map(|_| capture::torch::merge_into(w, &torch_dir));
         summarize_capture(&mut o, w, assets.as_ref())?;
+        match merged {
+            None => {}
+            Some(Ok(Some(m))) => {
+                let outside: u64 = m.outside.iter().map(|o| o.2).sum();
+                writeln!(
+                    o,
+                    "merged with PyTorch's recording: {} driver allocations outside its allocator ({}), {} of their events",
+                    m.outside.len(),
+                    snapshot::stats::format_size(outside.into()),
+                    m.events
+                )?;
+            }
+            Some(Ok(None)) => {
+                writeln!(o, "no PyTorch recording from this process (it did not use CUDA through torch)")?
+            }
+            Some(Err(e)) => writeln!(o, "not merged with PyTorch's recording: {e}")?,
+        }
+    }
+    if torch.is_some() {
+        // Dumps no capture took (a process the driver capture missed) stay for the user.
+        let left = std::fs::read_dir(&torch_dir)
+            .map(|d| d.flatten().filter(|e| e.file_name().to_string_lossy().ends_with(".pickle")).count())
+            .unwrap_or(0);
+        if left == 0 {
+            let _ = std::fs::remove_dir_all(&torch_dir);
+        } else {
+            writeln!(o, "{left} PyTorch snapshots no capture took are in {}", torch_dir.display())?;
+        }
     }
     Ok(ExitCode::from(status.code().unwrap_or(1).clamp(0, 255) as u8))
 }

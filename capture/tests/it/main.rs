@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod recorded;
+mod torch;
 
 use memscape_capture::{capture_ips, symbolize, Event, EventKind, Recorder, Ring};
 use snapshot::timeline::{Timeline, TimelineKind};
