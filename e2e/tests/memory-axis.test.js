@@ -19,6 +19,10 @@ after(async () => { for (const o of open) await o.close(); });
 async function example(options) {
   const o = await openExample(EXAMPLE, options);
   open.push(o);
+  // The first view drawn: its memory axis (from the baseline) and peak, and the window in
+  // the URL (a loaded machine can take seconds after the canvas has its size).
+  await o.page.waitForFunction(() => document.getElementById('y-range')?.textContent.includes('memory')
+    && document.getElementById('timeline').dataset.peakStep && location.hash.includes('start='), null, { timeout: 30000 });
   await settle(o.page);
   return o;
 }
