@@ -47,12 +47,32 @@ struct Pool {
     /// Workers still loading, by load id.
     loading: RefCell<HashMap<u32, Rc<Conn>>>,
     analysed: AnalysedHandler,
+    /// The workers that profile a run's files, one file at a time each.
+    ranks: RefCell<RankPool>,
+}
+
+/// Workers reused across a run's files: at most `cap`, each profiling one file at a time and
+/// keeping nothing of it; files wait their turn in `waiting`.
+#[derive(Default)]
+struct RankPool {
+    idle: Vec<Rc<Conn>>,
+    /// Workers started and not dead (idle or busy).
+    live: usize,
+    waiting: std::collections::VecDeque<oneshot::Sender<Rc<Conn>>>,
+}
+
+/// How many workers profile a run: one per core the browser reports, at least 1, and at most
+/// 8 (each may take a snapshot's whole model while it reads it).
+pub fn rank_workers() -> usize {
+    let cores = web_sys::window().map_or(1.0, |w| w.navigator().hardware_concurrency());
+    (cores as usize).clamp(1, 8)
 }
 
 /// One worker and what the page waits on from it.
 struct Conn {
     worker: Worker,
-    name: String,
+    /// The file it holds (a pool's worker: the file it profiles now).
+    name: RefCell<String>,
     ready: Cell<bool>,
     queue: RefCell<Vec<JsValue>>,
     pending: RefCell<HashMap<u32, oneshot::Sender<Response>>>,
@@ -94,6 +114,7 @@ fn start() -> Result<Client, JsValue> {
         docs: RefCell::new(HashMap::new()),
         loading: RefCell::new(HashMap::new()),
         analysed: Rc::new(RefCell::new(Vec::new())),
+        ranks: RefCell::new(RankPool::default()),
     })))
 }
 
@@ -101,7 +122,7 @@ impl Conn {
     fn spawn(boot: &str, name: &str, blob: &web_sys::Blob, analysed: &AnalysedHandler) -> Result<Rc<Conn>, JsValue> {
         let conn = Rc::new(Conn {
             worker: Worker::new(boot)?,
-            name: name.to_string(),
+            name: RefCell::new(name.to_string()),
             ready: Cell::new(false),
             queue: RefCell::new(Vec::new()),
             pending: RefCell::new(HashMap::new()),
@@ -192,10 +213,11 @@ impl Conn {
             return;
         }
         let why = if why.is_empty() { "it stopped" } else { why };
+        let name = self.name.borrow().clone();
         let msg = format!(
             "{}: the viewer's worker for this file stopped ({why}). A browser tab gives it at most 4 GiB of memory; \
              the command-line `memscape stats {}` reads snapshots of any size.",
-            self.name, self.name
+            name, name
         );
         if let Some((id, h)) = self.stop(&msg) {
             h(id, LoadEvent::Failed(msg));
@@ -295,6 +317,89 @@ impl Client {
     /// The file an open document was read from.
     pub fn blob(&self, doc: DocId) -> Option<web_sys::Blob> {
         self.0.docs.borrow().get(&doc).map(|c| c.blob.clone())
+    }
+
+    /// Profiles one rank's file in the pool's next free worker (waiting for one): answers
+    /// `Response::Rank`, or `Response::Error` naming the file and why.
+    pub async fn rank(&self, blob: &web_sys::Blob, name: &str) -> Response {
+        let conn = match self.pooled() {
+            Ok(Some(c)) => c,
+            Ok(None) => {
+                let (tx, rx) = oneshot::channel();
+                self.0.ranks.borrow_mut().waiting.push_back(tx);
+                match rx.await {
+                    Ok(c) => c,
+                    Err(_) => return Response::Error(format!("{name}: no worker to read it")),
+                }
+            }
+            Err(e) => return Response::Error(format!("{name}: the browser could not start a worker: {e:?}")),
+        };
+        conn.name.replace(name.to_string());
+        let id = self.0.id();
+        let (tx, rx) = oneshot::channel();
+        conn.pending.borrow_mut().insert(id, tx);
+        let msg = js_sys::Array::of4(&JsValue::from(id), blob, &JsValue::from_str(name), &JsValue::from_str("rank"));
+        conn.post(msg.into());
+        let r = rx.await.unwrap_or_else(|_| Response::Error(format!("{name}: the worker stopped")));
+        self.release(conn);
+        r
+    }
+
+    /// An idle pool worker, or a new one while fewer than [`rank_workers`] live; `None`: all
+    /// are busy.
+    fn pooled(&self) -> Result<Option<Rc<Conn>>, JsValue> {
+        let mut pool = self.0.ranks.borrow_mut();
+        if let Some(c) = pool.idle.pop() {
+            return Ok(Some(c));
+        }
+        if pool.live >= rank_workers() {
+            return Ok(None);
+        }
+        let blob = web_sys::Blob::new()?;
+        let c = Conn::spawn(&self.0.boot, "a rank's file", &blob, &self.0.analysed)?;
+        pool.live += 1;
+        Ok(Some(c))
+    }
+
+    /// A pool worker done with its file goes to the next file waiting, else waits idle; a
+    /// dead one (it crashed on its file) is replaced for the next file waiting.
+    fn release(&self, conn: Rc<Conn>) {
+        let mut conn = Some(conn);
+        if conn.as_ref().is_some_and(|c| c.dead.borrow().is_some()) {
+            self.0.ranks.borrow_mut().live -= 1;
+            conn = None;
+        }
+        loop {
+            let Some(next) = self.0.ranks.borrow_mut().waiting.pop_front() else { break };
+            let c = match conn.take() {
+                Some(c) => c,
+                None => match self.pooled() {
+                    Ok(Some(c)) => c,
+                    _ => {
+                        self.0.ranks.borrow_mut().waiting.push_front(next);
+                        return;
+                    }
+                },
+            };
+            match next.send(c) {
+                Ok(()) => return,
+                // That file was given up: the next one takes the worker.
+                Err(c) => conn = Some(c),
+            }
+        }
+        if let Some(c) = conn {
+            self.0.ranks.borrow_mut().idle.push(c);
+        }
+    }
+
+    /// Ends the pool's idle workers (a run is read: their memory goes back).
+    pub fn end_idle_rank_workers(&self) {
+        let mut pool = self.0.ranks.borrow_mut();
+        let idle = std::mem::take(&mut pool.idle);
+        pool.live -= idle.len();
+        for c in idle {
+            c.worker.terminate();
+        }
     }
 
     /// Stops a load at once: its worker is terminated.

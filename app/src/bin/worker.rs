@@ -1,7 +1,9 @@
 //! The Web Worker: reads files in slices and runs the engine, so the page never waits on
 //! parsing or layout. The page starts one worker per file, so each file has wasm32's whole
 //! 4 GiB and a file that exhausts it takes no other file down. Messages in: `[id, Blob,
-//! name]` to open a file (as doc `id`), or postcard bytes of a `ToWorker`. Messages out:
+//! name]` to open a file (as doc `id`), `[id, Blob, name, "rank"]` to profile a rank's file
+//! for a run's overview (the pool's workers; answered as a reply to request `id`), or
+//! postcard bytes of a `ToWorker`. Messages out:
 //! postcard bytes of a `FromWorker`. A load is cancelled by terminating the worker.
 //!
 //! Between requests the worker does the engine's background analyses (categories,
@@ -13,6 +15,7 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 use engine::protocol::{FromWorker, LoadEvent, Response, ToWorker};
+use engine::ranks::RankLoad;
 use engine::{Engine, Loading};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
@@ -105,6 +108,33 @@ impl Worker {
         self.send(&FromWorker::Load { id, event });
     }
 
+    /// Profiles one rank's file for the page's pool (`[id, Blob, name, "rank"]`): read in
+    /// slices, reduced to its [`RankProfile`](engine::ranks::RankProfile), and nothing of it
+    /// kept, so the worker reads the next file with the same memory.
+    async fn rank(self: Rc<Self>, id: u32, blob: web_sys::Blob, name: String) {
+        let total = blob.size() as u64;
+        let mut load = RankLoad::new(&name, total);
+        let blob = gloo_file::Blob::from(blob);
+        let mut at = 0u64;
+        while at < total {
+            let end = (at + SLICE).min(total);
+            let fed = match gloo_file::futures::read_as_bytes(&blob.slice(at, end)).await {
+                Ok(bytes) => load.feed(&bytes),
+                Err(e) => Err(format!("{name}: the browser could not read the file at byte {at}: {e}")),
+            };
+            if let Err(e) = fed {
+                self.send(&FromWorker::Reply { id, response: Response::Error(e) });
+                return;
+            }
+            at = end;
+        }
+        let response = match load.finish() {
+            Ok(p) => Response::Rank(Box::new(p)),
+            Err(e) => Response::Error(e),
+        };
+        self.send(&FromWorker::Reply { id, response });
+    }
+
     /// One slice of background work, then the next in line behind whatever arrived.
     fn on_tick(&self) {
         self.ticking.set(false);
@@ -132,7 +162,11 @@ impl Worker {
             let id = arr.get(0).as_f64().unwrap_or(0.0) as u32;
             let name = arr.get(2).as_string().unwrap_or_else(|| "file".into());
             if let Ok(blob) = arr.get(1).dyn_into::<web_sys::Blob>() {
-                wasm_bindgen_futures::spawn_local(self.clone().load(id, blob, name));
+                if arr.get(3).as_string().as_deref() == Some("rank") {
+                    wasm_bindgen_futures::spawn_local(self.clone().rank(id, blob, name));
+                } else {
+                    wasm_bindgen_futures::spawn_local(self.clone().load(id, blob, name));
+                }
             }
             return;
         }
