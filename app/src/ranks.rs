@@ -201,7 +201,7 @@ fn Rows(o: Arc<Overview>, sort: RwSignal<SortBy>, picked: RwSignal<Vec<usize>>) 
             <span class="rank-peak">"peak"</span><span class="rank-reserved">"reserved"</span><span class="rank-cats">"at the peak, by category"</span>
             <span class="rank-file">"file (click to open)"</span>
         </div>
-        <div id="ranks-rows" data-rows=n.to_string() style:height=format!("{LIST_PX}px")
+        <div id="ranks-rows" data-rows=n.to_string() style:height=format!("{}px", LIST_PX.min(n as f64 * ROW_PX + 2.0))
             on:scroll=move |e| scroll.set(event_target::<web_sys::HtmlElement>(&e).scroll_top() as f64)>
             <div class="rank-space" style:height=format!("{}px", n as f64 * ROW_PX)>
                 <For each=visible key=|&(pos, row)| (pos, row) let:at>

@@ -19,15 +19,16 @@ use crate::open::Opener;
 use crate::state::{Docs, Messages, Redraw};
 
 /// How often, at most, the overview is made again while files are still being read, ms.
-const REFRESH_MS: f64 = 250.0;
+const REFRESH_MS: f64 = 400.0;
 
 /// The run open in the Ranks view.
 #[derive(Clone, Copy)]
 pub(crate) struct Run {
     /// The run's files (path, file), in the order given.
     files: StoredValue<Vec<(String, web_sys::File)>, LocalStorage>,
-    /// What the workers answered, with the index of its file, in the order they answered.
-    profiles: StoredValue<Vec<(usize, RankProfile)>>,
+    /// What the workers answered, in the order they answered, and the index of each one's file.
+    profiles: StoredValue<Vec<RankProfile>>,
+    file_of: StoredValue<Vec<usize>>,
     /// Files to read, and read (profiled or failed).
     pub(crate) total: RwSignal<usize>,
     pub(crate) done: RwSignal<usize>,
@@ -56,6 +57,7 @@ impl Run {
         Run {
             files: StoredValue::new_local(Vec::new()),
             profiles: StoredValue::new(Vec::new()),
+            file_of: StoredValue::new(Vec::new()),
             total: RwSignal::new(0),
             done: RwSignal::new(0),
             failed: RwSignal::new(Vec::new()),
@@ -94,10 +96,10 @@ impl Run {
         let (read, skipped) = ranks::run_files(&paths, folder);
         let skipped: Vec<String> = skipped.into_iter().map(|k| paths[k].to_string()).collect();
         let files: Vec<(String, web_sys::File)> = files.into_iter().map(|(f, p)| (p, f)).collect();
-        let todo: Vec<(usize, String, web_sys::File)> =
-            read.into_iter().map(|k| (k, files[k].0.clone(), files[k].1.clone())).collect();
+        let todo: Vec<(usize, String)> = read.into_iter().map(|k| (k, files[k].0.clone())).collect();
         self.files.set_value(files);
         self.profiles.set_value(Vec::new());
+        self.file_of.set_value(Vec::new());
         self.opened.set_value(HashMap::new());
         self.total.set(todo.len());
         self.done.set(0);
@@ -114,14 +116,26 @@ impl Run {
             ));
             return;
         }
-        for (k, path, file) in todo {
+        // The files go to each worker once, as one array.
+        let all = js_sys::Array::new();
+        self.files.with_value(|v| {
+            for (_, f) in v {
+                all.push(f);
+            }
+        });
+        let all = std::rc::Rc::new(all);
+        for (k, path) in todo {
+            let all = all.clone();
             spawn_local(async move {
-                let r = worker().rank(&file, &path).await;
+                let r = worker().rank((generation, &all), k as u32, &path).await;
                 if self.generation.get_value() != generation {
                     return;
                 }
                 match r {
-                    Response::Rank(p) => self.profiles.update_value(|v| v.push((k, *p))),
+                    Response::Rank(p) => {
+                        self.profiles.update_value(|v| v.push(*p));
+                        self.file_of.update_value(|v| v.push(k));
+                    }
                     Response::Error(e) => self.failed.update(|f| f.push((path, e))),
                     _ => {}
                 }
@@ -140,10 +154,7 @@ impl Run {
             return;
         }
         self.last_overview.set_value(t);
-        let o = self.profiles.with_value(|v| {
-            let slim: Vec<RankProfile> = v.iter().map(|(_, p)| p.clone()).collect();
-            ranks::overview(&slim)
-        });
+        let o = self.profiles.with_value(|v| ranks::overview(v));
         self.overview.set(Some(Arc::new(o)));
         if complete {
             let ms = now() - started;
@@ -155,16 +166,14 @@ impl Run {
 
     /// The curve of a row's profile (`Overview::index`), for its small chart.
     pub(crate) fn with_profile<T>(self, k: usize, f: impl FnOnce(&RankProfile) -> T) -> Option<T> {
-        self.profiles.with_value(|v| v.get(k).map(|(_, p)| f(p)))
+        self.profiles.with_value(|v| v.get(k).map(f))
     }
 
     /// Opens the file of a profile (`Overview::index`) as a tab, or goes to its tab when it is
     /// open; then `then` with its tab. A profile file has no model to show: says so.
     pub(crate) fn open_rank(self, k: usize, then: impl Fn(DocId) + 'static) {
-        let Some((file_ix, source)) = self.profiles.with_value(|v| v.get(k).map(|(f, p)| (*f, p.source.clone())))
-        else {
-            return;
-        };
+        let Some(source) = self.profiles.with_value(|v| v.get(k).map(|p| p.source.clone())) else { return };
+        let Some(file_ix) = self.file_of.with_value(|v| v.get(k).copied()) else { return };
         let Some((path, file)) = self.files.with_value(|v| v.get(file_ix).cloned()) else { return };
         if let Some(source) = source {
             self.messages.error(format!(
