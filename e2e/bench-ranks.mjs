@@ -37,7 +37,9 @@ for (let i = 0; i < repeat; i++) {
   const sampler = setInterval(() => { peak = Math.max(peak, treeRss()); }, 100);
   const t0 = Date.now();
   await page.setInputFiles('#run-input', folder);
-  await page.waitForFunction(() => document.querySelector('#ranks-progress')?.dataset.ms, null, { timeout: 600000 });
+  await page.waitForFunction(() => document.querySelector('#ranks-progress')?.dataset.ms || document.querySelector('#error'), null, { timeout: 600000 });
+  const error = await page.evaluate(() => document.querySelector('#error')?.textContent);
+  if (error) throw new Error(error);
   const wall = Date.now() - t0;
   clearInterval(sampler);
   const ms = Number(await page.getAttribute('#ranks-progress', 'data-ms'));
