@@ -42,8 +42,7 @@ fn rank_text(rank: Option<u32>) -> String {
 #[component]
 pub(crate) fn RanksView() -> impl IntoView {
     let run = expect_context::<Run>();
-    let sort = RwSignal::new(SortBy::Rank);
-    let picked = RwSignal::new(Vec::<usize>::new());
+    let (sort, picked) = (run.sort, run.picked);
     view! {
         <div id="ranks-view">
             {move || (run.total.get() == 0 && run.skipped.with(Vec::is_empty)).then(|| view! {
@@ -55,8 +54,8 @@ pub(crate) fn RanksView() -> impl IntoView {
             <div class="toolbar">
                 <label>"Sort by "
                     <select id="ranks-sort" on:change=move |e| sort.set(if event_target_value(&e) == "peak" { SortBy::Peak } else { SortBy::Rank })>
-                        <option value="rank">"rank"</option>
-                        <option value="peak">"peak (highest first)"</option>
+                        <option value="rank" selected=move || sort.get() == SortBy::Rank>"rank"</option>
+                        <option value="peak" selected=move || sort.get() == SortBy::Peak>"peak (highest first)"</option>
                     </select>
                 </label>
                 <CompareButton picked=picked/>
@@ -239,9 +238,12 @@ fn RankRow(o: Arc<Overview>, pos: usize, row: usize, picked: RwSignal<Vec<usize>
             out.top_site.as_ref().map(|s| format!(" · {s}")).unwrap_or_default()
         )
     });
+    // The Ranks view stays (with the load's progress above it) until the tab is open.
     let open = move |_| {
-        shown.show(Mode::Timeline, redraw);
-        run.open_rank(k, move |doc| nav.select(doc));
+        run.open_rank(k, move |doc| {
+            nav.select(doc);
+            shown.show(Mode::Timeline, redraw);
+        })
     };
     let file = r.source.as_ref().map_or_else(|| r.file.clone(), |s| format!("{} (profile of {s})", r.file));
     view! {

@@ -40,6 +40,10 @@ pub(crate) struct Run {
     pub(crate) overview: RwSignal<Option<Arc<Overview>>>,
     /// Milliseconds from opening to the complete overview.
     pub(crate) elapsed: RwSignal<Option<f64>>,
+    /// How the view sorts the rows, and the rows picked for Compare (profile indices): kept
+    /// while another view is shown.
+    pub(crate) sort: RwSignal<engine::ranks::SortBy>,
+    pub(crate) picked: RwSignal<Vec<usize>>,
     /// Which run the answers belong to (a new run ignores the old one's).
     generation: StoredValue<u32>,
     last_overview: StoredValue<f64>,
@@ -64,6 +68,8 @@ impl Run {
             skipped: RwSignal::new(Vec::new()),
             overview: RwSignal::new(None),
             elapsed: RwSignal::new(None),
+            sort: RwSignal::new(engine::ranks::SortBy::Rank),
+            picked: RwSignal::new(Vec::new()),
             generation: StoredValue::new(0),
             last_overview: StoredValue::new(0.0),
             opened: StoredValue::new(HashMap::new()),
@@ -107,6 +113,7 @@ impl Run {
         self.skipped.set(skipped);
         self.overview.set(None);
         self.elapsed.set(None);
+        self.picked.set(Vec::new());
         self.shown.show(Mode::Ranks, self.redraw);
         let started = now();
         if todo.is_empty() {

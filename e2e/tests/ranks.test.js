@@ -201,7 +201,16 @@ test('1,000 profiles opened as a folder: every row, the planted outlier, the dam
   assert.equal((await rows())[0].rank, String(PLANTED));
   await shot('42-ranks-thousand');
   await page.selectOption('#ranks-sort', 'rank');
-  await page.locator('#ranks-rows').evaluate(el => { el.scrollTop = el.scrollHeight; });
+  // Scrolling from top to bottom in 20 steps, each drawn before the next (two frames).
+  const scrollMs = await page.locator('#ranks-rows').evaluate(async el => {
+    const t0 = performance.now();
+    for (let k = 1; k <= 20; k++) {
+      el.scrollTop = el.scrollHeight * k / 20;
+      await new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)));
+    }
+    return performance.now() - t0;
+  });
+  console.log(`1,000 rows scrolled top to bottom in 20 steps: ${scrollMs.toFixed(0)} ms (${(scrollMs / 20).toFixed(1)} ms a step, two frames each)`);
   await page.waitForFunction(() => document.querySelector('.rank-row[data-rank="999"]'));
   const last = await rows();
   assert.equal(last[last.length - 1].rank, '999');
@@ -209,8 +218,14 @@ test('1,000 profiles opened as a folder: every row, the planted outlier, the dam
   // A profile cannot be opened in full: it says so, and the run stays.
   await page.click('.rank-row[data-rank="999"] .rank-file');
   assert.match(await page.textContent('#error .error-text'), /big\/rank999\.pickle\.profile is a profile: .*cannot be opened in full/);
+  assert.ok(await page.locator('#mode-ranks.active').isVisible());
+  await page.selectOption('#ranks-sort', 'peak');
+  await page.click('#mode-timeline');
   await page.click('#mode-ranks');
   assert.equal(await page.getAttribute('#ranks-rows', 'data-rows'), '1000');
+  // The sort is kept while another view was shown.
+  assert.equal(await page.inputValue('#ranks-sort'), 'peak');
+  assert.equal((await rows())[0].rank, String(PLANTED));
   await shot('43-ranks-thousand-end');
 });
 
