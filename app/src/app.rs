@@ -3,6 +3,7 @@
 
 use leptos::ev;
 use leptos::prelude::*;
+use leptos::task::spawn_local;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
@@ -11,13 +12,15 @@ use crate::categories::{CategoryView, Cats};
 use crate::compare::{Compare, CompareView};
 use crate::details::DetailsPanel;
 use crate::doctor::{Doctor, DoctorView, OomBanner};
-use crate::dom::files_of;
+use crate::dom::{dropped_entries, files_with_paths, read_entries};
 use crate::events::EventList;
 use crate::flame::{FlameView, Flames};
 use crate::keys::{self, Help, HelpBox};
 use crate::modes::{Mode, ModeSwitch, Shown};
 use crate::open::{Opener, EXAMPLE};
+use crate::ranks::RanksView;
 use crate::rules::UserRules;
+use crate::run::Run;
 use crate::state::{self, Docs, Messages, Nav, Plot, Redraw, Selection, Window};
 use crate::stats::StatsPanel;
 use crate::tabs::{Banners, Header, Loads};
@@ -42,16 +45,24 @@ pub(crate) fn App() -> impl IntoView {
     provide_context(Cats::new(docs, shown, rules, redraw, expect_context()));
     provide_context(Compare::new(docs, messages, redraw));
     provide_context(Flames::new(docs, shown, messages, redraw));
+    let run = Run::new(opener, docs, messages, shown, redraw);
+    provide_context(run);
     url::follow(docs, selection);
     keys::listen(window, selection, expect_context(), help);
     listen_to_window(redraw);
     opener.open_at_start();
 
+    // A drop of a folder (read through) or of three files or more is a run; one or two files
+    // open as tabs.
     let on_drop = move |e: web_sys::DragEvent| {
         e.prevent_default();
-        for f in files_of(e.data_transfer().and_then(|d| d.files())) {
-            let name = f.name();
-            opener.open(f.into(), name);
+        let Some(dt) = e.data_transfer() else { return };
+        match dropped_entries(&dt) {
+            Some(entries) => spawn_local(async move {
+                let (files, folder) = read_entries(entries).await;
+                run.open(files, folder);
+            }),
+            None => run.open(files_with_paths(dt.files()), false),
         }
     };
     view! {
@@ -60,8 +71,8 @@ pub(crate) fn App() -> impl IntoView {
             <Loads/>
             <Banners/>
             <Show
-                when=move || docs.active().is_some()
-                fallback=|| view! { <div class="empty">"Drop PyTorch memory snapshots anywhere on this page, or use Open files…"</div> }
+                when=move || docs.active().is_some() || shown.is(Mode::Ranks)
+                fallback=|| view! { <div class="empty">"Drop PyTorch memory snapshots anywhere on this page, or use Open files…; a whole run (a folder, or three files or more) opens as Ranks"</div> }
             >
                 <Views/>
             </Show>
@@ -115,9 +126,24 @@ fn watch_pixel_ratio(redraw: Redraw) {
 /// (its canvases keep their pictures); the others are made when shown.
 #[component]
 fn Views() -> impl IntoView {
-    let shown = expect_context::<Shown>();
+    let (shown, docs) = (expect_context::<Shown>(), expect_context::<Docs>());
     view! {
         <ModeSwitch/>
+        <Show when=move || shown.is(Mode::Ranks)>
+            <RanksView/>
+        </Show>
+        <Show when=move || docs.active().is_some()
+            fallback=move || (!shown.is(Mode::Ranks)).then(|| view! { <p class="hint" id="no-tab">"No file is open: click a rank in Ranks to open it."</p> })>
+            <FileViews/>
+        </Show>
+    }
+}
+
+/// The views of the open file.
+#[component]
+fn FileViews() -> impl IntoView {
+    let shown = expect_context::<Shown>();
+    view! {
         <OomBanner/>
         <Show when=move || shown.is(Mode::Doctor)>
             <DoctorView/>

@@ -47,6 +47,30 @@ struct Pool {
     /// Workers still loading, by load id.
     loading: RefCell<HashMap<u32, Rc<Conn>>>,
     analysed: AnalysedHandler,
+    /// The workers that profile a run's files, one file at a time each.
+    ranks: RefCell<RankPool>,
+}
+
+/// Workers reused across a run's files, at most [`rank_workers`]. A worker reads one large
+/// file at a time, or up to [`RANK_DEPTH`] small ones (profiles, tiny snapshots) at once, so
+/// that the messages' round trips overlap the reading; files wait their turn in `waiting`
+/// (first come, first served).
+#[derive(Default)]
+struct RankPool {
+    workers: Vec<Rc<Conn>>,
+    waiting: std::collections::VecDeque<(u64, oneshot::Sender<Rc<Conn>>)>,
+}
+
+/// Files up to this size are small: a worker may hold several at once.
+const RANK_SMALL: u64 = 4 << 20;
+/// Small files a worker holds at once.
+const RANK_DEPTH: u32 = 8;
+
+/// How many workers profile a run: one per core the browser reports, at least 1, and at most
+/// 8 (each may take a snapshot's whole model while it reads it).
+pub fn rank_workers() -> usize {
+    let cores = web_sys::window().map_or(1.0, |w| w.navigator().hardware_concurrency());
+    (cores as usize).clamp(1, 8)
 }
 
 /// One worker and what the page waits on from it.
@@ -61,6 +85,11 @@ struct Conn {
     blob: web_sys::Blob,
     /// Why the worker stopped, once it has.
     dead: RefCell<Option<String>>,
+    /// A pool worker's files in hand, and whether one is large.
+    in_flight: Cell<u32>,
+    /// The run whose files a pool worker was given (0: none).
+    run: Cell<u32>,
+    large: Cell<bool>,
     analysed: AnalysedHandler,
 }
 
@@ -94,6 +123,7 @@ fn start() -> Result<Client, JsValue> {
         docs: RefCell::new(HashMap::new()),
         loading: RefCell::new(HashMap::new()),
         analysed: Rc::new(RefCell::new(Vec::new())),
+        ranks: RefCell::new(RankPool::default()),
     })))
 }
 
@@ -108,6 +138,9 @@ impl Conn {
             load: RefCell::new(None),
             blob: blob.clone(),
             dead: RefCell::new(None),
+            in_flight: Cell::new(0),
+            run: Cell::new(0),
+            large: Cell::new(false),
             analysed: analysed.clone(),
         });
         let weak = Rc::downgrade(&conn);
@@ -295,6 +328,120 @@ impl Client {
     /// The file an open document was read from.
     pub fn blob(&self, doc: DocId) -> Option<web_sys::Blob> {
         self.0.docs.borrow().get(&doc).map(|c| c.blob.clone())
+    }
+
+    /// Profiles file `index` of run `run` (its id and its files, the same array for every
+    /// file of the run) in the pool, waiting for room in a worker: answers `Response::Rank`, or
+    /// `Response::Error` naming the file and why.
+    pub async fn rank(&self, run: (u32, &js_sys::Array), index: u32, name: &str) -> Response {
+        // A profile is small (a few hundred KB); a `File`'s size costs a look at the disk.
+        let size = if name.to_ascii_lowercase().ends_with(".profile") {
+            0
+        } else {
+            run.1.get(index).dyn_into::<web_sys::Blob>().map_or(0, |b| b.size() as u64)
+        };
+        let conn = match self.pooled(size) {
+            Ok(Some(c)) => c,
+            Ok(None) => {
+                let (tx, rx) = oneshot::channel();
+                self.0.ranks.borrow_mut().waiting.push_back((size, tx));
+                match rx.await {
+                    Ok(c) => c,
+                    Err(_) => return Response::Error(format!("{name}: no worker to read it")),
+                }
+            }
+            Err(e) => return Response::Error(format!("{name}: the browser could not start a worker: {e:?}")),
+        };
+        if conn.run.get() != run.0 {
+            // The run's files go to a worker once, in one message: a message per `File` costs
+            // the page about 2 ms each (most of the time of 1,000 profiles), one of them all
+            // about as much as one.
+            conn.post(js_sys::Array::of3(&JsValue::from(run.0), run.1, &JsValue::from_str("run")).into());
+            conn.run.set(run.0);
+        }
+        let id = self.0.id();
+        let (tx, rx) = oneshot::channel();
+        conn.pending.borrow_mut().insert(id, tx);
+        let msg = js_sys::Array::of4(
+            &JsValue::from(id),
+            &JsValue::from(index),
+            &JsValue::from_str(name),
+            &JsValue::from_str("rank"),
+        );
+        conn.post(msg.into());
+        let mut r = rx.await.unwrap_or_else(|_| Response::Error("the worker stopped".into()));
+        if let Some(why) = conn.dead.borrow().clone() {
+            // The worker may have held other files: this answer names this one.
+            r = Response::Error(format!(
+                "{name}: the worker reading it stopped ({why}); the command-line `memscape ranks` reads files of any size"
+            ));
+        }
+        self.release(&conn, size);
+        r
+    }
+
+    /// Room for a file of `size` bytes in the pool: an idle worker, else a new one while fewer
+    /// than [`rank_workers`] live, else (a small file) the least busy worker holding only small
+    /// files; `None`: no room now. The worker counts the file as in hand.
+    fn pooled(&self, size: u64) -> Result<Option<Rc<Conn>>, JsValue> {
+        let mut pool = self.0.ranks.borrow_mut();
+        pool.workers.retain(|c| c.dead.borrow().is_none());
+        let small = size <= RANK_SMALL;
+        let idle = pool.workers.iter().find(|c| c.in_flight.get() == 0).cloned();
+        let conn = match idle {
+            Some(c) => c,
+            None if pool.workers.len() < rank_workers() => {
+                let blob = web_sys::Blob::new()?;
+                let c = Conn::spawn(&self.0.boot, "a rank's file", &blob, &self.0.analysed)?;
+                pool.workers.push(c.clone());
+                c
+            }
+            None if small => {
+                let shared = pool
+                    .workers
+                    .iter()
+                    .filter(|c| !c.large.get() && c.in_flight.get() < RANK_DEPTH)
+                    .min_by_key(|c| c.in_flight.get())
+                    .cloned();
+                let Some(c) = shared else { return Ok(None) };
+                c
+            }
+            None => return Ok(None),
+        };
+        conn.in_flight.set(conn.in_flight.get() + 1);
+        conn.large.set(conn.large.get() || !small);
+        Ok(Some(conn))
+    }
+
+    /// A file is done: its room goes to the files waiting, in their order.
+    fn release(&self, conn: &Conn, size: u64) {
+        conn.in_flight.set(conn.in_flight.get().saturating_sub(1));
+        if size > RANK_SMALL {
+            conn.large.set(false);
+        }
+        loop {
+            let Some(size) = self.0.ranks.borrow().waiting.front().map(|w| w.0) else { return };
+            let Ok(Some(c)) = self.pooled(size) else { return };
+            let Some((_, next)) = self.0.ranks.borrow_mut().waiting.pop_front() else { return };
+            if let Err(c) = next.send(c) {
+                // That file was given up: its room goes back.
+                c.in_flight.set(c.in_flight.get().saturating_sub(1));
+                if size > RANK_SMALL {
+                    c.large.set(false);
+                }
+            }
+        }
+    }
+
+    /// Ends the pool's idle workers (a run is read: their memory goes back).
+    pub fn end_idle_rank_workers(&self) {
+        let mut pool = self.0.ranks.borrow_mut();
+        let (idle, busy): (Vec<Rc<Conn>>, Vec<Rc<Conn>>) =
+            std::mem::take(&mut pool.workers).into_iter().partition(|c| c.in_flight.get() == 0);
+        pool.workers = busy;
+        for c in idle {
+            c.worker.terminate();
+        }
     }
 
     /// Stops a load at once: its worker is terminated.

@@ -61,6 +61,13 @@ impl Compare {
         c
     }
 
+    /// Compares two open files (A and B), as picking them in the list does.
+    pub(crate) fn pick(self, a: DocId, b: DocId) {
+        self.a.set(Some(a));
+        self.b.set(Some(b));
+        self.run();
+    }
+
     /// Asks A's worker for its profile and B's worker for the diff against it.
     fn run(self) {
         let (Some(a), Some(b)) = (self.a.get_untracked(), self.b.get_untracked()) else { return };

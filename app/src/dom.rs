@@ -1,5 +1,6 @@
 //! What every view needs from the browser: the clock, the timings the benchmark reads,
-//! canvases by id, files from an input or a drop, and the page's localStorage.
+//! canvases by id, files from an input or a drop (folders read through), and the page's
+//! localStorage.
 
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
@@ -50,6 +51,76 @@ pub(crate) fn set_value_by_id(id: &str, value: &str) {
 pub(crate) fn files_of(list: Option<web_sys::FileList>) -> Vec<web_sys::File> {
     let Some(list) = list else { return Vec::new() };
     (0..list.length()).filter_map(|i| list.get(i)).collect()
+}
+
+/// Files with their paths: in a folder (`webkitRelativePath`, `run/rank3.pickle`), else the
+/// name.
+pub(crate) fn files_with_paths(list: Option<web_sys::FileList>) -> Vec<(web_sys::File, String)> {
+    files_of(list)
+        .into_iter()
+        .map(|f| {
+            let rel =
+                js_sys::Reflect::get(&f, &JsValue::from_str("webkitRelativePath")).ok().and_then(|v| v.as_string());
+            let path = rel.filter(|p| !p.is_empty()).unwrap_or_else(|| f.name());
+            (f, path)
+        })
+        .collect()
+}
+
+/// What a drop holds, taken during the drop event (the browser forgets it after): its
+/// entries (files and folders), or `None` where the browser gives no entries.
+pub(crate) fn dropped_entries(dt: &web_sys::DataTransfer) -> Option<Vec<web_sys::FileSystemEntry>> {
+    let items = dt.items();
+    let entries: Vec<web_sys::FileSystemEntry> = (0..items.length())
+        .filter_map(|i| items.get(i))
+        .filter_map(|it| it.webkit_get_as_entry().ok().flatten())
+        .collect();
+    (!entries.is_empty()).then_some(entries)
+}
+
+/// The files under dropped entries, folders read through (breadth first), with their paths
+/// from the drop (`run/rank3.pickle`); and whether any entry was a folder. A folder or file
+/// the browser cannot read is left out.
+pub(crate) async fn read_entries(entries: Vec<web_sys::FileSystemEntry>) -> (Vec<(web_sys::File, String)>, bool) {
+    let folder = entries.iter().any(|e| e.is_directory());
+    let mut todo: std::collections::VecDeque<web_sys::FileSystemEntry> = entries.into();
+    let mut files = Vec::new();
+    while let Some(e) = todo.pop_front() {
+        if let Some(dir) = e.dyn_ref::<web_sys::FileSystemDirectoryEntry>().filter(|_| e.is_directory()) {
+            let reader = dir.create_reader();
+            // `readEntries` answers in batches (100 in Chromium) until an empty one.
+            loop {
+                let batch = callback_promise(|ok, err| {
+                    let _ = reader.read_entries_with_callback_and_callback(ok, err);
+                })
+                .await;
+                let Some(batch) = batch.and_then(|b| b.dyn_into::<js_sys::Array>().ok()) else { break };
+                if batch.length() == 0 {
+                    break;
+                }
+                todo.extend(batch.iter().map(|x| x.unchecked_into::<web_sys::FileSystemEntry>()));
+            }
+        } else if let Some(f) = e.dyn_ref::<web_sys::FileSystemFileEntry>().filter(|_| e.is_file()) {
+            let file = callback_promise(|ok, err| f.file_with_callback_and_callback(ok, err)).await;
+            if let Some(file) = file.and_then(|x| x.dyn_into::<web_sys::File>().ok()) {
+                let path = e.full_path();
+                let path = path.trim_start_matches('/');
+                files.push((file, if path.is_empty() { e.name() } else { path.to_string() }));
+            }
+        }
+    }
+    (files, folder)
+}
+
+/// The value a callback-style API gives its success callback (`None` on its error callback).
+async fn callback_promise(call: impl FnOnce(&js_sys::Function, &js_sys::Function)) -> Option<JsValue> {
+    let mut call = Some(call);
+    let p = js_sys::Promise::new(&mut |ok, err| {
+        if let Some(c) = call.take() {
+            c(&ok, &err);
+        }
+    });
+    wasm_bindgen_futures::JsFuture::from(p).await.ok()
 }
 
 pub(crate) fn storage() -> Option<web_sys::Storage> {

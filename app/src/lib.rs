@@ -1,12 +1,12 @@
 //! The memscape page: tabs of open files, the timeline with its minimap, details, search,
-//! statistics, the event list and the allocator map, categories, the flame graph, and the
-//! comparison of files. It only handles input and pixels: every figure, layout and colour comes from the
+//! statistics, the event list and the allocator map, categories, the flame graph, the
+//! comparison of files, and a whole run's ranks. It only handles input and pixels: every figure, layout and colour comes from the
 //! engine in each file's worker (`client`), and `draw` turns the view models into pixels.
 //!
 //! Layers, each importing only those above it: `client`, `dom`, `text`, `draw`, `save`;
 //! `state` (a struct of signals per concern, provided as context); `url`, `open`, `keys`,
-//! `modes`, `rules`; the views (`tabs`, `search`, `timeline`, `details`, `stats`, `events`,
-//! `allocator`, `categories`, `flame`, `compare`, `doctor`; one may embed another's component, as the toolbar
+//! `modes`, `rules`, `run`; the views (`tabs`, `search`, `timeline`, `details`, `stats`, `events`,
+//! `allocator`, `categories`, `flame`, `compare`, `doctor`, `ranks`; one may embed another's component, as the toolbar
 //! does the search bar, never its signals); `app`, which makes the state and lays the views
 //! out. No two modules import each other.
 
@@ -24,7 +24,9 @@ mod flame;
 mod keys;
 mod modes;
 mod open;
+mod ranks;
 mod rules;
+mod run;
 mod save;
 mod search;
 mod state;

@@ -1,4 +1,5 @@
-//! Which view the main area shows (timeline, categories, flame graph, comparison, doctor)
+//! Which view the main area shows (timeline, categories, flame graph, comparison, doctor,
+//! a run's ranks)
 //! and the switch.
 
 use leptos::prelude::*;
@@ -13,6 +14,8 @@ pub(crate) enum Mode {
     Flame,
     Compare,
     Doctor,
+    /// A whole run, a row per rank (`ranks.rs`).
+    Ranks,
 }
 
 /// The view shown.
@@ -51,6 +54,7 @@ pub(crate) fn ModeSwitch() -> impl IntoView {
             {button(Mode::Flame, "mode-flame", "Flame graph")}
             {button(Mode::Compare, "mode-compare", "Compare files")}
             {button(Mode::Doctor, "mode-doctor", "Doctor")}
+            {button(Mode::Ranks, "mode-ranks", "Ranks")}
         </nav>
     }
 }

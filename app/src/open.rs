@@ -2,7 +2,9 @@
 //! tab (with the view a link saved, if it names the file). At start the page opens the
 //! snapshot an offline page carries, else the bundled example.
 
-use engine::protocol::{LoadEvent, Request, Response};
+use std::rc::Rc;
+
+use engine::protocol::{DocId, LoadEvent, Request, Response};
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 use wasm_bindgen::JsCast;
@@ -43,12 +45,17 @@ impl Opener {
 
     /// Opens a file or blob; on failure the error is shown and what was open stays open.
     pub(crate) fn open(self, blob: web_sys::Blob, name: String) {
-        self.open_as(blob, name, true);
+        self.open_as(blob, name, true, None);
+    }
+
+    /// Opens a file as [`Opener::open`] does, then calls `then` with its tab once it is open.
+    pub(crate) fn open_then(self, blob: web_sys::Blob, name: String, then: impl Fn(DocId) + 'static) {
+        self.open_as(blob, name, true, Some(Rc::new(then)));
     }
 
     /// Opens a file; one that is not `wanted` (the bundled example) only comes to the front
     /// if no other file was opened meanwhile.
-    fn open_as(self, blob: web_sys::Blob, name: String, wanted: bool) {
+    fn open_as(self, blob: web_sys::Blob, name: String, wanted: bool, then: Option<Rc<dyn Fn(DocId)>>) {
         let total = blob.size() as u64;
         let started = now();
         let shown = name.clone();
@@ -65,7 +72,11 @@ impl Opener {
                 record("layout-worker", info.layout_ms);
                 record("wasm-memory-worker", info.heap_bytes as f64);
                 self.plot.first_draw.set_value(Some((info.doc, started)));
+                let doc = info.doc;
                 self.add_tab(Tab::new(info), wanted);
+                if let Some(then) = &then {
+                    then(doc);
+                }
             }
             LoadEvent::Failed(msg) => {
                 self.loads.update(|l| l.retain(|l| l.id != id));
@@ -121,7 +132,7 @@ impl Opener {
             }
             let Ok(p) = resp.blob() else { return };
             if let Ok(b) = wasm_bindgen_futures::JsFuture::from(p).await {
-                self.open_as(b.unchecked_into(), EXAMPLE.to_string(), false);
+                self.open_as(b.unchecked_into(), EXAMPLE.to_string(), false, None);
             }
         });
     }

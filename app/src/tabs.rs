@@ -5,25 +5,31 @@ use leptos::prelude::*;
 use snapshot::stats::format_size;
 
 use crate::client::worker;
-use crate::dom::{files_of, now};
+use crate::dom::{files_with_paths, now};
 use crate::keys::Help;
 use crate::open::Opener;
+use crate::run::Run;
 use crate::state::{Docs, Messages, Nav};
 
 #[component]
 pub(crate) fn Header() -> impl IntoView {
-    let (opener, help) = (expect_context::<Opener>(), expect_context::<Help>());
+    let (run, help) = (expect_context::<Run>(), expect_context::<Help>());
     view! {
         <header>
             <h1>"memscape"</h1>
-            <label class="button" title="Open snapshots (.pickle, .pkl, .gz, .zst, .json, .html)">
+            <label class="button" title="Open snapshots (.pickle, .pkl, .gz, .zst, .json, .html): one or two open as tabs, three or more as a run (Ranks)">
                 "Open files…"
                 <input id="file-input" type="file" multiple=true on:change=move |e| {
                     let input: web_sys::HtmlInputElement = event_target(&e);
-                    for f in files_of(input.files()) {
-                        let name = f.name();
-                        opener.open(f.into(), name);
-                    }
+                    run.open(files_with_paths(input.files()), false);
+                    input.set_value("");
+                }/>
+            </label>
+            <label class="button" title="Open a folder of a run's snapshots and profiles, one file per rank (Ranks)">
+                "Open run…"
+                <input id="run-input" type="file" prop:webkitdirectory=true multiple=true on:change=move |e| {
+                    let input: web_sys::HtmlInputElement = event_target(&e);
+                    run.open(files_with_paths(input.files()), true);
                     input.set_value("");
                 }/>
             </label>

@@ -70,11 +70,6 @@ pub(crate) fn ranks_command(paths: &[PathBuf], json: bool, rules: &Compiled) -> 
     Ok(())
 }
 
-/// The file names a folder argument stands for (not its subfolders): snapshots as PyTorch
-/// writes them and profiles. A profile named after a snapshot beside it (`X.profile` beside
-/// `X`) stands for that snapshot, which is not read again.
-const FOLDER_SUFFIXES: [&str; 7] = [".pickle", ".pkl", ".pickle.gz", ".pkl.gz", ".pickle.zst", ".pkl.zst", ".profile"];
-
 /// The files of the arguments, a folder standing for its snapshots and profiles.
 fn expand(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
     let mut files = Vec::new();
@@ -88,19 +83,20 @@ fn expand(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
         for e in entries {
             let e = e.with_context(|| format!("{}: cannot read the folder", p.display()))?;
             let name = e.file_name().to_string_lossy().into_owned();
-            let lower = name.to_ascii_lowercase();
-            if e.path().is_file() && FOLDER_SUFFIXES.iter().any(|s| lower.ends_with(s)) {
+            if e.path().is_file() && ranks::is_run_file(&name) {
                 names.push(name);
             }
         }
-        let profiled: std::collections::HashSet<String> =
-            names.iter().filter_map(|n| n.strip_suffix(".profile")).map(str::to_string).collect();
-        names.retain(|n| !profiled.contains(n));
+        // A profile named after a snapshot beside it (`X.profile` beside `X`) stands for that
+        // snapshot, which is not read again.
+        let stood_for = ranks::stood_for_by_profiles(&names.iter().map(String::as_str).collect::<Vec<_>>());
+        let mut flags = stood_for.into_iter();
+        names.retain(|_| !flags.next().unwrap_or(false));
         if names.is_empty() {
             bail!(
                 "{}: no snapshot or profile in this folder (looked for {})",
                 p.display(),
-                FOLDER_SUFFIXES.map(|s| format!("*{s}")).join(", ")
+                ranks::RUN_SUFFIXES.map(|s| format!("*{s}")).join(", ")
             );
         }
         names.sort();

@@ -9,6 +9,7 @@
 pub mod flame;
 #[allow(missing_docs)]
 pub mod protocol;
+pub mod ranks;
 #[allow(missing_docs)]
 pub mod raster;
 

@@ -95,6 +95,8 @@ pub enum Response {
     Doctor(Box<DoctorReport>),
     Diff(Box<Diff>),
     Flame(Box<FlameVm>),
+    /// A rank's file profiled by a pool worker (which keeps nothing of it).
+    Rank(Box<crate::ranks::RankProfile>),
     Done,
     Error(String),
 }

@@ -106,6 +106,24 @@ impl ProfileFile {
     }
 }
 
+/// The file names a folder of a run stands for: snapshots as PyTorch writes them, and
+/// profiles. JSON and HTML snapshots are read only when named one by one (a folder of
+/// Composer's output holds the same rank as a pickle and as HTML pages).
+pub const RUN_SUFFIXES: [&str; 7] = [".pickle", ".pkl", ".pickle.gz", ".pkl.gz", ".pickle.zst", ".pkl.zst", ".profile"];
+
+/// Whether a file in a folder is one of the run's ([`RUN_SUFFIXES`], in any case).
+pub fn is_run_file(name: &str) -> bool {
+    let b = name.as_bytes();
+    RUN_SUFFIXES.iter().any(|s| b.len() >= s.len() && b[b.len() - s.len()..].eq_ignore_ascii_case(s.as_bytes()))
+}
+
+/// Of a folder's run files, those that a profile beside them stands for (`X.profile` beside
+/// `X`): they need not be read. `names` are the files' paths; returns a flag per name.
+pub fn stood_for_by_profiles(names: &[&str]) -> Vec<bool> {
+    let profiled: std::collections::HashSet<&str> = names.iter().filter_map(|n| n.strip_suffix(".profile")).collect();
+    names.iter().map(|n| profiled.contains(n)).collect()
+}
+
 /// Whether bytes start as a profile file does (any version).
 pub fn is_profile(bytes: &[u8]) -> bool {
     bytes.starts_with(PROFILE_MAGIC.as_bytes())

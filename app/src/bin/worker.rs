@@ -1,7 +1,10 @@
 //! The Web Worker: reads files in slices and runs the engine, so the page never waits on
 //! parsing or layout. The page starts one worker per file, so each file has wasm32's whole
 //! 4 GiB and a file that exhausts it takes no other file down. Messages in: `[id, Blob,
-//! name]` to open a file (as doc `id`), or postcard bytes of a `ToWorker`. Messages out:
+//! name]` to open a file (as doc `id`), `[run, [File...], "run"]` then `[id, index, name,
+//! "rank"]` to profile a run's file for its overview (the pool's workers, given a run's files
+//! once; answered as a reply to request `id`), or
+//! postcard bytes of a `ToWorker`. Messages out:
 //! postcard bytes of a `FromWorker`. A load is cancelled by terminating the worker.
 //!
 //! Between requests the worker does the engine's background analyses (categories,
@@ -13,6 +16,7 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 use engine::protocol::{FromWorker, LoadEvent, Response, ToWorker};
+use engine::ranks::RankLoad;
 use engine::{Engine, Loading};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
@@ -36,6 +40,8 @@ struct Worker {
     tick: web_sys::MessageChannel,
     /// A slice is already in line.
     ticking: Cell<bool>,
+    /// A pool worker's run: its files, asked for by index.
+    run_files: RefCell<Option<js_sys::Array>>,
 }
 
 impl Worker {
@@ -105,6 +111,45 @@ impl Worker {
         self.send(&FromWorker::Load { id, event });
     }
 
+    /// Profiles one rank's file for the page's pool (`[id, Blob, name, "rank"]`): read in
+    /// slices, reduced to its [`RankProfile`](engine::ranks::RankProfile), and nothing of it
+    /// kept, so the worker reads the next file with the same memory.
+    async fn rank(self: Rc<Self>, id: u32, blob: web_sys::Blob, name: String) {
+        let response = match self.read_rank(blob, &name).await.and_then(RankLoad::finish) {
+            Ok(p) => Response::Rank(Box::new(p)),
+            Err(e) => Response::Error(e),
+        };
+        self.send(&FromWorker::Reply { id, response });
+    }
+
+    /// Reads a rank's file into a [`RankLoad`]: a profile whole, a snapshot in slices.
+    async fn read_rank(&self, blob: web_sys::Blob, name: &str) -> Result<RankLoad, String> {
+        let unread = |e: String, at: u64| format!("{name}: the browser could not read the file at byte {at}: {e}");
+        if name.to_ascii_lowercase().ends_with(".profile") {
+            // A profile (a few hundred KB) in one read, without asking its size (which costs
+            // a look at the disk).
+            let bytes = wasm_bindgen_futures::JsFuture::from(blob.array_buffer())
+                .await
+                .map_err(|e| unread(format!("{e:?}"), 0))?;
+            let bytes = js_sys::Uint8Array::new(&bytes).to_vec();
+            let mut load = RankLoad::new(name, bytes.len() as u64);
+            load.feed(&bytes)?;
+            return Ok(load);
+        }
+        let total = blob.size() as u64;
+        let mut load = RankLoad::new(name, total);
+        let blob = gloo_file::Blob::from(blob);
+        let mut at = 0u64;
+        while at < total {
+            let end = (at + SLICE).min(total);
+            let bytes =
+                gloo_file::futures::read_as_bytes(&blob.slice(at, end)).await.map_err(|e| unread(e.to_string(), at))?;
+            load.feed(&bytes)?;
+            at = end;
+        }
+        Ok(load)
+    }
+
     /// One slice of background work, then the next in line behind whatever arrived.
     fn on_tick(&self) {
         self.ticking.set(false);
@@ -131,6 +176,22 @@ impl Worker {
         if let Some(arr) = data.dyn_ref::<js_sys::Array>() {
             let id = arr.get(0).as_f64().unwrap_or(0.0) as u32;
             let name = arr.get(2).as_string().unwrap_or_else(|| "file".into());
+            if arr.get(2).as_string().as_deref() == Some("run") {
+                // A run's files, given once; its ranks are asked for by index.
+                self.run_files.replace(arr.get(1).dyn_into::<js_sys::Array>().ok());
+                return;
+            }
+            if let Some(index) = arr.get(1).as_f64() {
+                let file = self.run_files.borrow().as_ref().map(|f| f.get(index as u32));
+                match file.and_then(|f| f.dyn_into::<web_sys::Blob>().ok()) {
+                    Some(blob) => wasm_bindgen_futures::spawn_local(self.clone().rank(id, blob, name)),
+                    None => self.send(&FromWorker::Reply {
+                        id,
+                        response: Response::Error(format!("{name}: not given to the worker")),
+                    }),
+                }
+                return;
+            }
             if let Ok(blob) = arr.get(1).dyn_into::<web_sys::Blob>() {
                 wasm_bindgen_futures::spawn_local(self.clone().load(id, blob, name));
             }
@@ -176,8 +237,13 @@ fn main() {
         web_sys::console::error_1(&"worker: no MessageChannel".into());
         return;
     };
-    let worker =
-        Rc::new(Worker { scope: scope.clone(), engine: RefCell::new(Engine::new()), tick, ticking: Cell::new(false) });
+    let worker = Rc::new(Worker {
+        scope: scope.clone(),
+        engine: RefCell::new(Engine::new()),
+        tick,
+        ticking: Cell::new(false),
+        run_files: RefCell::new(None),
+    });
     let w = worker.clone();
     let ontick = Closure::<dyn Fn(MessageEvent)>::new(move |_: MessageEvent| w.on_tick());
     worker.tick.port1().set_onmessage(Some(ontick.as_ref().unchecked_ref()));

@@ -9,6 +9,7 @@ use snapshot::timeline::Timeline;
 use snapshot::{frames, stats, Action, Snapshot};
 
 mod flame;
+mod ranks;
 
 /// Loads like the worker: in slices.
 fn open(engine: &mut Engine, name: &str, bytes: &[u8], slice: usize) -> Result<DocInfo, String> {
