@@ -50,7 +50,9 @@ pub struct Profile {
     pub peak_step: u32,
     /// Reserved bytes of the device in the final snapshot.
     pub reserved_bytes: u64,
-    /// Bytes per category at the peak (in [`Category::ALL`] order).
+    /// Bytes per category at the peak (in [`Category::ALL`] order). Read from profiles
+    /// written before a category was added (new ones come last) with 0 for the new ones.
+    #[serde(deserialize_with = "category_bytes")]
     pub at_peak: [u64; N],
     /// Alive at the peak by call site (first non-library frame), largest first.
     pub sites: Vec<SiteBytes>,
@@ -64,6 +66,18 @@ pub struct Profile {
     pub iterations: Vec<u32>,
     /// `record_function` STARTs: name and step.
     pub annotations: Vec<(String, u32)>,
+}
+
+/// Bytes per category, from a list of at most [`N`] (fewer: an older memscape's categories,
+/// the ones added since at 0).
+fn category_bytes<'de, D: serde::Deserializer<'de>>(d: D) -> Result<[u64; N], D::Error> {
+    let v: Vec<u64> = Vec::deserialize(d)?;
+    if v.len() > N {
+        return Err(serde::de::Error::invalid_length(v.len(), &"at most one figure per category"));
+    }
+    let mut out = [0; N];
+    out[..v.len()].copy_from_slice(&v);
+    Ok(out)
 }
 
 /// Call sites by stack, each named once.

@@ -107,6 +107,18 @@ fn a_profile_file_reads_back_equal_and_other_files_are_refused() {
     assert!(matches!(e, ProfileError::Invalid(_)), "{e:?}");
     assert!(e.to_string().starts_with("a damaged memscape profile: "), "{e}");
     assert!(ProfileFile::from_bytes(b"memscape-profile\n").is_err());
+
+    // A profile written before the category for memory outside PyTorch's allocator came (8
+    // figures) reads with 0 there; one with more figures than categories is damaged.
+    let mut json: serde_json::Value = serde_json::from_slice(&bytes[19..]).unwrap();
+    let at_peak = json["profile"]["at_peak"].as_array_mut().unwrap();
+    assert_eq!(at_peak.pop(), Some(0.into()));
+    let older = [b"memscape-profile 1\n".as_slice(), &serde_json::to_vec(&json).unwrap()].concat();
+    assert_eq!(ProfileFile::from_bytes(&older).unwrap().profile, p);
+    let at_peak = json["profile"]["at_peak"].as_array_mut().unwrap();
+    at_peak.extend([0.into(), 0.into()]);
+    let wider = [b"memscape-profile 1\n".as_slice(), &serde_json::to_vec(&json).unwrap()].concat();
+    assert!(matches!(ProfileFile::from_bytes(&wider), Err(ProfileError::Invalid(_))));
 }
 
 #[test]
