@@ -2,7 +2,11 @@
 // the file input to the complete overview (the page's own figure and the wall clock), and the
 // memory of the browser's processes (the highest sum of their RSS, sampled every 100 ms, and
 // the page's JS heap at the end). Median of `--repeat N` runs (default 3), each in a fresh page.
-//   node e2e/bench-ranks.mjs FOLDER [--repeat N]
+// The folder is chosen as a user does: a click on *Open run…*, the file chooser, and the folder
+// picked `--pick-ms` later (default 1000: the seconds a person takes to find it; the page
+// starts its workers meanwhile). `--pick-ms 0` picks at once; `--direct` sets the input without
+// the click (no workers started ahead).
+//   node e2e/bench-ranks.mjs FOLDER [--repeat N] [--pick-ms MS] [--direct]
 // docs/ranks.md has the folders measured and how they were made.
 import { execFileSync } from 'node:child_process';
 import { readdirSync } from 'node:fs';
@@ -12,6 +16,9 @@ const folder = process.argv[2];
 const repeat = Number(process.argv[process.argv.indexOf('--repeat') + 1]) || 3;
 if (!folder) throw new Error('usage: node e2e/bench-ranks.mjs FOLDER [--repeat N]');
 const files = readdirSync(folder).length;
+const arg = (name, dflt) => process.argv.includes(name) ? Number(process.argv[process.argv.indexOf(name) + 1]) : dflt;
+const pickMs = arg('--pick-ms', 1000);
+const direct = process.argv.includes('--direct');
 
 /** RSS (bytes) of every process under this one (the browser and its renderers and workers). */
 function treeRss() {
@@ -35,8 +42,16 @@ for (let i = 0; i < repeat; i++) {
   const base = treeRss();
   let peak = base;
   const sampler = setInterval(() => { peak = Math.max(peak, treeRss()); }, 100);
-  const t0 = Date.now();
-  await page.setInputFiles('#run-input', folder);
+  let t0;
+  if (direct) {
+    t0 = Date.now();
+    await page.setInputFiles('#run-input', folder);
+  } else {
+    const [chooser] = await Promise.all([page.waitForEvent('filechooser'), page.click('label:has(#run-input)')]);
+    await page.waitForTimeout(pickMs);
+    t0 = Date.now();
+    await chooser.setFiles(folder);
+  }
   await page.waitForFunction(() => document.querySelector('#ranks-progress')?.dataset.ms || document.querySelector('#error'), null, { timeout: 600000 });
   const error = await page.evaluate(() => document.querySelector('#error')?.textContent);
   if (error) throw new Error(error);
@@ -57,5 +72,5 @@ for (let i = 0; i < repeat; i++) {
 }
 await srv.close();
 const med = k => runs.map(r => r[k]).sort((a, b) => a - b)[(runs.length - 1) >> 1];
-console.log(JSON.stringify({ folder, files, runs: runs.length, median_overview_ms: med('overview_ms'), median_wall_ms: med('wall_ms'),
+console.log(JSON.stringify({ folder, files, pick_ms: direct ? null : pickMs, runs: runs.length, median_overview_ms: med('overview_ms'), median_wall_ms: med('wall_ms'),
   median_peak_rss_mb: med('peak_rss_mb') }));

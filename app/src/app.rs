@@ -54,6 +54,13 @@ pub(crate) fn App() -> impl IntoView {
 
     // A drop of a folder (read through) or of three files or more is a run; one or two files
     // open as tabs.
+    // Three files or more dragged over the page will be a run: its workers start while the
+    // user aims (one or two open as tabs, whose own workers should not share the cores).
+    let on_drag_enter = |e: web_sys::DragEvent| {
+        if e.data_transfer().is_some_and(|dt| dt.items().length() >= 3) {
+            crate::client::worker().warm_rank_workers();
+        }
+    };
     let on_drop = move |e: web_sys::DragEvent| {
         e.prevent_default();
         let Some(dt) = e.data_transfer() else { return };
@@ -66,7 +73,7 @@ pub(crate) fn App() -> impl IntoView {
         }
     };
     view! {
-        <div class="app" on:dragover=|e: web_sys::DragEvent| e.prevent_default() on:drop=on_drop>
+        <div class="app" on:dragover=|e: web_sys::DragEvent| e.prevent_default() on:dragenter=on_drag_enter on:drop=on_drop>
             <Header/>
             <Loads/>
             <Banners/>

@@ -59,7 +59,12 @@ struct Pool {
 struct RankPool {
     workers: Vec<Rc<Conn>>,
     waiting: std::collections::VecDeque<(u64, oneshot::Sender<Rc<Conn>>)>,
+    /// How many times the pool was started ahead of a run ([`Client::warm_rank_workers`]).
+    warmed: u32,
 }
+
+/// Workers started ahead of a run that no run used end after this long (ms).
+const WARM_MS: i32 = 60_000;
 
 /// Files up to this size are small: a worker may hold several at once.
 const RANK_SMALL: u64 = 4 << 20;
@@ -430,6 +435,36 @@ impl Client {
                     c.large.set(false);
                 }
             }
+        }
+    }
+
+    /// Starts the pool's workers before a run's files are chosen (the user is picking a
+    /// folder, or dragging something over the page), so that no file waits for a worker to
+    /// start and compile its wasm. Unused, they end after [`WARM_MS`].
+    pub fn warm_rank_workers(&self) {
+        {
+            let mut pool = self.0.ranks.borrow_mut();
+            pool.workers.retain(|c| c.dead.borrow().is_none());
+            while pool.workers.len() < rank_workers() {
+                let Ok(blob) = web_sys::Blob::new() else { return };
+                let Ok(c) = Conn::spawn(&self.0.boot, "a rank's file", &blob, &self.0.analysed) else { return };
+                pool.workers.push(c);
+            }
+            pool.warmed += 1;
+        }
+        let (me, warmed) = (self.clone(), self.0.ranks.borrow().warmed);
+        let end = Closure::once_into_js(move || {
+            let pool = me.0.ranks.borrow();
+            // Ended only if no run has been given to the pool and nothing warmed it since.
+            let unused =
+                pool.warmed == warmed && pool.workers.iter().all(|c| c.in_flight.get() == 0 && c.run.get() == 0);
+            drop(pool);
+            if unused {
+                me.end_idle_rank_workers();
+            }
+        });
+        if let Some(w) = web_sys::window() {
+            let _ = w.set_timeout_with_callback_and_timeout_and_arguments_0(end.unchecked_ref(), WARM_MS);
         }
     }
 

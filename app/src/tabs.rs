@@ -25,7 +25,9 @@ pub(crate) fn Header() -> impl IntoView {
                     input.set_value("");
                 }/>
             </label>
-            <label class="button" title="Open a folder of a run's snapshots and profiles, one file per rank (Ranks)">
+            // Picking the folder takes the user a while: the pool's workers start meanwhile.
+            <label class="button" title="Open a folder of a run's snapshots and profiles, one file per rank (Ranks)"
+                on:click=|_| crate::client::worker().warm_rank_workers()>
                 "Open run…"
                 <input id="run-input" type="file" prop:webkitdirectory=true multiple=true on:change=move |e| {
                     let input: web_sys::HtmlInputElement = event_target(&e);
