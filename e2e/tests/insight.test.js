@@ -143,7 +143,11 @@ test('planted truths: category bytes at the peak, the leak, user rules', async (
   await openFile(a.file, a.name);
   await categories(a.name);
   const b = await breakdown();
-  for (const [k, v] of Object.entries(a.truth.at_peak)) assert.equal(b[k][0], v, `${k} at the peak`);
+  for (const [k, v] of Object.entries(a.truth.at_peak)) {
+    // Memory outside PyTorch's allocator has a row only in merged files that hold some.
+    if (k === 'outside_allocator' && v === 0) { assert.equal(b[k], undefined); continue; }
+    assert.equal(b[k][0], v, `${k} at the peak`);
+  }
   assert.equal(b.total[0], a.truth.peak_bytes);
   assert.match(await page.locator('#iterations h2').textContent(), new RegExp(`\\(${a.truth.iterations} complete`));
   const leak = page.locator('#leaks details.leak');

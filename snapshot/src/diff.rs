@@ -52,7 +52,9 @@ pub struct Profile {
     pub reserved_bytes: u64,
     /// Bytes per category at the peak (in [`Category::ALL`] order). Read from profiles
     /// written before a category was added (new ones come last) with 0 for the new ones.
-    #[serde(deserialize_with = "category_bytes")]
+    /// Written as a list (not a fixed-size tuple), so that formats that are not
+    /// self-describing (postcard, between the page's workers) read it back the same way.
+    #[serde(serialize_with = "category_list", deserialize_with = "category_bytes")]
     pub at_peak: [u64; N],
     /// Alive at the peak by call site (first non-library frame), largest first.
     pub sites: Vec<SiteBytes>,
@@ -66,6 +68,11 @@ pub struct Profile {
     pub iterations: Vec<u32>,
     /// `record_function` STARTs: name and step.
     pub annotations: Vec<(String, u32)>,
+}
+
+/// Bytes per category as a list.
+fn category_list<S: serde::Serializer>(b: &[u64; N], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(b.iter())
 }
 
 /// Bytes per category, from a list of at most [`N`] (fewer: an older memscape's categories,

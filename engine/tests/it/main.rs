@@ -445,6 +445,17 @@ fn categories_and_a_diff_across_two_workers() {
 
     // A's profile travels to B's worker, which answers the diff.
     let Response::Profile(pa) = ea.handle(Request::Profile { doc: a.doc, device: 0 }) else { panic!() };
+    // A's profile travels to B's worker as the page sends it (postcard), and arrives whole.
+    let wire = postcard::to_allocvec(&Request::Diff {
+        doc: b.doc,
+        device: 0,
+        a: pa.clone(),
+        align: Align::Iteration,
+        sites_by: SiteMode::Frame,
+    })
+    .unwrap();
+    let Request::Diff { a: arrived, .. } = postcard::from_bytes::<Request>(&wire).unwrap() else { panic!() };
+    assert_eq!(arrived, pa);
     let Response::Diff(d) =
         eb.handle(Request::Diff { doc: b.doc, device: 0, a: pa, align: Align::Iteration, sites_by: SiteMode::Frame })
     else {
