@@ -344,9 +344,11 @@ pub fn min_bytes(span: u64, rows: u32) -> u64 {
 const BASELINE_SHARE: f64 = 0.1;
 
 /// The memory axis when the user has not zoomed it: from the baseline (`stable` bytes, when
-/// asked for and at least a tenth of the peak) or zero, to a little above the peak.
+/// asked for, at least a tenth of the peak and below it) or zero, to a little above the peak.
+/// Where nothing moves (a trace of one step, a window where nothing changes) every byte is
+/// stable: the axis starts at zero, else the plot would show nothing.
 pub fn natural_axis(peak: u64, stable: u64, baseline: bool) -> (u64, u64) {
-    let lo = if baseline && stable as f64 >= BASELINE_SHARE * peak as f64 { stable.min(peak) } else { 0 };
+    let lo = if baseline && stable as f64 >= BASELINE_SHARE * peak as f64 && stable < peak { stable } else { 0 };
     (lo, lo + ((peak - lo) as f64 * HEADROOM).ceil() as u64)
 }
 
@@ -526,7 +528,10 @@ impl Doc {
         // only a guess more than twice too coarse (the first view) is swept again.
         let guess = zoomed.unwrap_or_else(|| natural_axis(y_max, lane.baseline.unwrap_or(0), q.baseline));
         let mut lod = lod_of(guess.0, guess.1);
-        let stable_bytes = lod.stable_bytes;
+        // Where nothing in the window moves, every byte is "stable": no baseline then (the
+        // axis would start at the top of what is drawn, and the plot show nothing).
+        let top = lod.columns.iter().map(|c| c.total_bytes).max().unwrap_or(0);
+        let stable_bytes = if lod.stable_bytes < top { lod.stable_bytes } else { 0 };
         let (y_lo, y_top) = match zoomed {
             Some(y) => y,
             None => {

@@ -50,13 +50,15 @@ pub fn raster(
     pal: &Palette,
 ) -> Raster {
     let (w, h) = (columns.len(), rows.count as usize);
-    // Premultiplied colour and coverage per pixel.
+    // Premultiplied colour and coverage per pixel, rows from the top.
     let mut acc = vec![[0f32; 4]; w * h];
     let scale = h as f64 / (rows.top - rows.lo).max(1.0);
     let y_of = |bytes: f64| (bytes - rows.lo) * scale;
-    let mut paint = |col: usize, y0: f64, y1: f64, rgb: u32, alpha: f32| {
+    // Paints columns `cols` between heights y0 and y1 (pixel rows from the bottom): the
+    // coverage of each row is worked out once, then added along the row's pixels.
+    let mut paint = |cols: std::ops::RangeInclusive<usize>, y0: f64, y1: f64, rgb: u32, alpha: f32| {
         let (y0, y1) = (y0.max(0.0), y1.min(h as f64));
-        if y1 <= y0 || alpha <= 0.0 {
+        if y1 <= y0 || alpha <= 0.0 || cols.is_empty() {
             return;
         }
         let (r, g, b) = (((rgb >> 16) & 255) as f32, ((rgb >> 8) & 255) as f32, (rgb & 255) as f32);
@@ -64,16 +66,18 @@ pub fn raster(
         let last = (y1.ceil() as usize).min(h);
         for row in first..last {
             let cover = (y1.min(row as f64 + 1.0) - y0.max(row as f64)) as f32 * alpha;
-            let px = &mut acc[(h - 1 - row) * w + col];
-            px[0] += r * cover;
-            px[1] += g * cover;
-            px[2] += b * cover;
-            px[3] += cover;
+            let add = [r * cover, g * cover, b * cover, cover];
+            let line = (h - 1 - row) * w;
+            for px in &mut acc[line + cols.start()..=line + cols.end()] {
+                for (p, a) in px.iter_mut().zip(add) {
+                    *p += a;
+                }
+            }
         }
     };
     for b in bands {
         let (y0, y1) = (y_of(b.offset as f64), y_of(b.offset as f64 + b.size as f64));
-        if y1 <= 0.0 || y0 >= h as f64 {
+        if y1 <= 0.0 || y0 >= h as f64 || w == 0 {
             continue;
         }
         // (colour, opacity) layers: a blend with some hits shows them in proportion.
@@ -85,17 +89,19 @@ pub fn raster(
         } else {
             [(b.rgb, 1.0), (0, 0.0)]
         };
-        for col in b.first as usize..=(b.last as usize).min(w.saturating_sub(1)) {
-            for (rgb, alpha) in layers {
-                paint(col, y0, y1, rgb, alpha);
-            }
+        let cols = b.first as usize..=(b.last as usize).min(w - 1);
+        for (rgb, alpha) in layers {
+            paint(cols.clone(), y0, y1, rgb, alpha);
         }
     }
     for (col, c) in columns.iter().enumerate() {
         if c.total > c.drawn {
-            paint(col, y_of(c.drawn as f64), y_of(c.total as f64), pal.summarized, 1.0);
+            paint(col..=col, y_of(c.drawn as f64), y_of(c.total as f64), pal.summarized, 1.0);
         }
     }
+    // To bytes, rounded half up (the values are never negative; `round` is a library call
+    // in wasm).
+    let byte = |v: f32| (v + 0.5).min(255.0) as u8;
     let mut rgba = Vec::with_capacity(w * h * 4);
     for px in &acc {
         let a = px[3];
@@ -103,12 +109,7 @@ pub fn raster(
             rgba.extend_from_slice(&[0, 0, 0, 0]);
         } else {
             let k = 1.0 / a;
-            rgba.extend_from_slice(&[
-                (px[0] * k).round().min(255.0) as u8,
-                (px[1] * k).round().min(255.0) as u8,
-                (px[2] * k).round().min(255.0) as u8,
-                (a.min(1.0) * 255.0).round() as u8,
-            ]);
+            rgba.extend_from_slice(&[byte(px[0] * k), byte(px[1] * k), byte(px[2] * k), byte(a.min(1.0) * 255.0)]);
         }
     }
     Raster { width: w as u32, height: rows.count, rgba }

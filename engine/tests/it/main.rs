@@ -686,3 +686,42 @@ fn baseline_and_y_zoom() {
     assert_eq!(Some(d.element), b.element);
     assert!(outline.iter().any(|o| o.first == b.first && o.offset == b.offset && o.size == b.size));
 }
+
+/// The first view the page asks for (from the baseline) draws every corpus file that has
+/// memory: a file whose trace is one step (a dump with no history) or where nothing moves
+/// has every byte stable, and its axis starts at zero instead of at its peak.
+#[test]
+fn the_first_view_from_the_baseline_draws_every_file() {
+    for (name, bytes) in testkit::files() {
+        let mut e = Engine::new();
+        let Ok(info) = open(&mut e, &name, &bytes, 1 << 20) else { continue };
+        let Some(device) = info.default_device else { continue };
+        let q = ViewQuery {
+            doc: info.doc,
+            device,
+            kind: Kind::Blocks,
+            start: 0.0,
+            end: 0.0,
+            columns: 400,
+            rows: 100,
+            y: None,
+            baseline: true,
+            totals_only: false,
+            pinned: None,
+            palette: PaletteVm::default(),
+        };
+        let Response::View(v) = e.handle(Request::View(q)) else { panic!("{name}") };
+        if v.peak_bytes == 0 {
+            continue;
+        }
+        let painted = v.pixels.chunks(4).filter(|p| p[3] > 0).count();
+        assert!(
+            painted > 400,
+            "{name}: {painted} pixels painted, axis {}..{} of a peak of {}",
+            v.y_lo,
+            v.y_top,
+            v.peak_bytes
+        );
+        assert!(v.y_lo < v.peak_bytes, "{name}");
+    }
+}
