@@ -1,12 +1,16 @@
 //! The page's side of the workers: one worker per file, so each file has wasm32's whole
 //! 4 GiB and one that exhausts it (or any other crash) takes no other file down. Requests go
 //! out as postcard bytes and come back as futures; loads report progress through a callback.
+//!
+//! A spare worker, its wasm compiled and started, waits for the next file: one is started
+//! with the page and another a moment after each load ends, so that opening a file never
+//! waits for a worker to start.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::{Rc, Weak};
 
-use engine::protocol::{DocId, Finished, FromWorker, LoadEvent, Request, Response, ToWorker};
+use engine::protocol::{DocId, Finished, FromWorker, LoadEvent, Request, Response, ToWorker, ViewQuery};
 use futures_channel::oneshot;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
@@ -23,6 +27,8 @@ thread_local! {
 /// Starts the workers' side and keeps it for [`worker`].
 pub fn install() -> Result<(), JsValue> {
     let c = start()?;
+    // The first file's worker starts with the page (the bundled example's too).
+    c.keep_spare();
     CLIENT.with(|x| *x.borrow_mut() = Some(c));
     Ok(())
 }
@@ -49,7 +55,16 @@ struct Pool {
     analysed: AnalysedHandler,
     /// The workers that profile a run's files, one file at a time each.
     ranks: RefCell<RankPool>,
+    /// A started worker that holds no file yet: the next file's.
+    spare: RefCell<Option<Rc<Conn>>>,
+    /// A view asked for ahead of the page (the first view of a file just loaded, while its
+    /// tab is being built): the query, and where its answer arrives.
+    prefetched: RefCell<Option<(ViewQuery, oneshot::Receiver<Response>)>>,
 }
+
+/// How long after a load ends the next spare worker starts (ms): the new file's first
+/// views and draws go first.
+const SPARE_MS: i32 = 300;
 
 /// Workers reused across a run's files, at most [`rank_workers`]. A worker reads one large
 /// file at a time, or up to [`RANK_DEPTH`] small ones (profiles, tiny snapshots) at once, so
@@ -81,13 +96,14 @@ pub fn rank_workers() -> usize {
 /// One worker and what the page waits on from it.
 struct Conn {
     worker: Worker,
-    name: String,
+    /// The file's name (set when a spare is given its file).
+    name: RefCell<String>,
     ready: Cell<bool>,
     queue: RefCell<Vec<JsValue>>,
     pending: RefCell<HashMap<u32, oneshot::Sender<Response>>>,
     load: RefCell<Option<(u32, LoadHandler)>>,
     /// The file it was given (for *Save offline HTML*).
-    blob: web_sys::Blob,
+    blob: RefCell<web_sys::Blob>,
     /// Why the worker stopped, once it has.
     dead: RefCell<Option<String>>,
     /// A pool worker's files in hand, and whether one is large.
@@ -96,6 +112,8 @@ struct Conn {
     run: Cell<u32>,
     large: Cell<bool>,
     analysed: AnalysedHandler,
+    /// When it was started (ms since the page started).
+    spawned: f64,
 }
 
 /// Prepares the workers' boot script. Their code is built by Trunk next to the page
@@ -129,6 +147,8 @@ fn start() -> Result<Client, JsValue> {
         loading: RefCell::new(HashMap::new()),
         analysed: Rc::new(RefCell::new(Vec::new())),
         ranks: RefCell::new(RankPool::default()),
+        spare: RefCell::new(None),
+        prefetched: RefCell::new(None),
     })))
 }
 
@@ -136,17 +156,18 @@ impl Conn {
     fn spawn(boot: &str, name: &str, blob: &web_sys::Blob, analysed: &AnalysedHandler) -> Result<Rc<Conn>, JsValue> {
         let conn = Rc::new(Conn {
             worker: Worker::new(boot)?,
-            name: name.to_string(),
+            name: RefCell::new(name.to_string()),
             ready: Cell::new(false),
             queue: RefCell::new(Vec::new()),
             pending: RefCell::new(HashMap::new()),
             load: RefCell::new(None),
-            blob: blob.clone(),
+            blob: RefCell::new(blob.clone()),
             dead: RefCell::new(None),
             in_flight: Cell::new(0),
             run: Cell::new(0),
             large: Cell::new(false),
             analysed: analysed.clone(),
+            spawned: crate::dom::now(),
         });
         let weak = Rc::downgrade(&conn);
         let onmessage = Closure::<dyn Fn(MessageEvent)>::new(move |m: MessageEvent| {
@@ -195,6 +216,7 @@ impl Conn {
         match msg {
             FromWorker::Ready => {
                 self.ready.set(true);
+                crate::dom::record("worker-ready", crate::dom::now() - self.spawned);
                 for v in self.queue.borrow_mut().drain(..) {
                     let _ = self.worker.post_message(&v);
                 }
@@ -233,7 +255,8 @@ impl Conn {
         let msg = format!(
             "{}: the viewer's worker for this file stopped ({why}). A browser tab gives it at most 4 GiB of memory; \
              the command-line `memscape stats {}` reads snapshots of any size.",
-            self.name, self.name
+            self.name.borrow(),
+            self.name.borrow()
         );
         if let Some((id, h)) = self.stop(&msg) {
             h(id, LoadEvent::Failed(msg));
@@ -269,6 +292,11 @@ impl Pool {
             _ => conn.worker.terminate(),
         }
     }
+
+    /// The spare worker, if it is still alive.
+    fn take_spare(&self) -> Option<Rc<Conn>> {
+        self.spare.take().filter(|c| c.dead.borrow().is_none())
+    }
 }
 
 impl Client {
@@ -286,13 +314,56 @@ impl Client {
         if let Some(why) = conn.dead.borrow().clone() {
             return Response::Error(why);
         }
+        if let Request::View(q) = &request {
+            let ahead = self.0.prefetched.borrow().as_ref().is_some_and(|(p, _)| p == q);
+            if let Some((_, rx)) = ahead.then(|| self.0.prefetched.take()).flatten() {
+                return rx.await.unwrap_or_else(|_| Response::Error("the worker stopped".into()));
+            }
+        }
+        self.sent(&conn, request).await.unwrap_or_else(|_| Response::Error("the worker stopped".into()))
+    }
+
+    /// Sends a request to a worker; the answer arrives on the receiver.
+    fn sent(&self, conn: &Conn, request: Request) -> oneshot::Receiver<Response> {
         let id = self.0.id();
         let (tx, rx) = oneshot::channel();
         conn.pending.borrow_mut().insert(id, tx);
         if let Ok(bytes) = postcard::to_allocvec(&ToWorker::Request { id, request }) {
             conn.post(js_sys::Uint8Array::from(bytes.as_slice()).into());
         }
-        rx.await.unwrap_or_else(|_| Response::Error("the worker stopped".into()))
+        rx
+    }
+
+    /// Asks for a view before the page does (the first view of a file just loaded, while its
+    /// tab is built): the page's own request for the same query gets this answer, without
+    /// asking again. A newer prefetch replaces an unused one.
+    pub fn prefetch(&self, q: ViewQuery) {
+        let Some(conn) = self.0.docs.borrow().get(&q.doc).cloned() else { return };
+        let rx = self.sent(&conn, Request::View(q.clone()));
+        self.0.prefetched.replace(Some((q, rx)));
+    }
+
+    /// Starts a spare worker, unless one is there or a file is loading (each load's end
+    /// calls this again, a moment later).
+    pub fn keep_spare(&self) {
+        if self.0.spare.borrow().as_ref().is_some_and(|c| c.dead.borrow().is_none())
+            || !self.0.loading.borrow().is_empty()
+        {
+            return;
+        }
+        let Ok(blob) = web_sys::Blob::new() else { return };
+        if let Ok(c) = Conn::spawn(&self.0.boot, "file", &blob, &self.0.analysed) {
+            self.0.spare.replace(Some(c));
+        }
+    }
+
+    /// [`Client::keep_spare`] in a moment.
+    fn keep_spare_later(&self) {
+        let me = self.clone();
+        let later = Closure::once_into_js(move || me.keep_spare());
+        if let Some(w) = web_sys::window() {
+            let _ = w.set_timeout_with_callback_and_timeout_and_arguments_0(later.unchecked_ref(), SPARE_MS);
+        }
     }
 
     /// Opens a file (or any blob) in a new worker; `on_event` hears progress and the end,
@@ -305,16 +376,24 @@ impl Client {
             if !matches!(event, LoadEvent::Progress { .. }) {
                 if let Some(pool) = pool.upgrade() {
                     pool.load_ended(id, &event);
+                    Client(pool).keep_spare_later();
                 }
             }
             on_event(id, event);
         });
-        let conn = match Conn::spawn(&self.0.boot, name, blob, &self.0.analysed) {
-            Ok(c) => c,
-            Err(e) => {
-                handler(id, LoadEvent::Failed(format!("{name}: the browser could not start a worker: {e:?}")));
-                return id;
+        let conn = match self.0.take_spare() {
+            Some(c) => {
+                c.name.replace(name.to_string());
+                c.blob.replace(blob.clone());
+                c
             }
+            None => match Conn::spawn(&self.0.boot, name, blob, &self.0.analysed) {
+                Ok(c) => c,
+                Err(e) => {
+                    handler(id, LoadEvent::Failed(format!("{name}: the browser could not start a worker: {e:?}")));
+                    return id;
+                }
+            },
         };
         conn.load.replace(Some((id, handler)));
         self.0.loading.borrow_mut().insert(id, conn.clone());
@@ -332,7 +411,7 @@ impl Client {
 
     /// The file an open document was read from.
     pub fn blob(&self, doc: DocId) -> Option<web_sys::Blob> {
-        self.0.docs.borrow().get(&doc).map(|c| c.blob.clone())
+        self.0.docs.borrow().get(&doc).map(|c| c.blob.borrow().clone())
     }
 
     /// Profiles file `index` of run `run` (its id and its files, the same array for every

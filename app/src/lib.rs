@@ -39,6 +39,7 @@ mod url;
 /// Starts the workers' side and mounts the page.
 pub fn main() {
     console_error_panic_hook::set_once();
+    dom::record("app-start-at", dom::now());
     if let Err(e) = client::install() {
         web_sys::console::error_2(&"memscape: could not start the worker".into(), &e);
         return;

@@ -68,6 +68,7 @@ impl Opener {
             LoadEvent::Loaded(info) => {
                 self.loads.update(|l| l.retain(|l| l.id != id));
                 record("load", now() - started);
+                record("loaded-at", now());
                 record("parse-worker", info.parse_ms);
                 record("layout-worker", info.layout_ms);
                 record("wasm-memory-worker", info.heap_bytes as f64);
@@ -92,6 +93,14 @@ impl Opener {
 
     fn add_tab(self, mut tab: Tab, focus: bool) {
         let pin = self.restore.apply(&mut tab, self.messages);
+        // The plot is on screen (another file is open): its first view is computed while the
+        // tab is built.
+        if let Some(q) = (focus && pin.is_none())
+            .then(|| crate::timeline::first_query(&tab, self.plot.baseline.get_untracked()))
+            .flatten()
+        {
+            worker().prefetch(q);
+        }
         let (doc, device, kind) = (tab.info.doc, tab.device, tab.kind);
         self.nav.add(tab, focus);
         if let Some(element) = pin {
@@ -132,6 +141,7 @@ impl Opener {
             }
             let Ok(p) = resp.blob() else { return };
             if let Ok(b) = wasm_bindgen_futures::JsFuture::from(p).await {
+                record("example-fetched-at", now());
                 self.open_as(b.unchecked_into(), EXAMPLE.to_string(), false, None);
             }
         });

@@ -15,6 +15,7 @@ use std::time::Instant;
 use anyhow::{bail, Context as _};
 use serde_json::json;
 
+mod open;
 mod ranks;
 mod scale;
 
@@ -223,6 +224,7 @@ fn main() -> anyhow::Result<()> {
         Some("--child") => return child(&args[1], Path::new(&args[2]), args[3].parse()?),
         Some("scale") => return scale::main(&args[1..]),
         Some("ranks") => return ranks::main(&args[1..]),
+        Some("open") => return open::main(&args[1..]),
         _ => {}
     }
     let mut sizes = vec!["100M".to_string(), "1G".to_string()];

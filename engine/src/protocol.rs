@@ -181,7 +181,7 @@ pub struct DeviceInfo {
 }
 
 /// A window of the timeline.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ViewQuery {
     pub doc: DocId,
     pub device: u32,
@@ -210,7 +210,7 @@ pub struct ViewQuery {
 }
 
 /// The theme's colours for what is not an element (0xRRGGBB).
-#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PaletteVm {
     pub summarized: u32,
     pub hit: u32,

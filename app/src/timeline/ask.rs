@@ -10,7 +10,7 @@ use super::{plot_columns, plot_rows};
 use crate::client::worker;
 use crate::dom::{canvas_by_id, now, record};
 use crate::draw;
-use crate::state::{Allocator, Docs, Plot, Redraw, Selection};
+use crate::state::{Allocator, Docs, Plot, Redraw, Selection, Tab};
 
 /// Everything a timeline view depends on: the file, device, kind, window (bits) and pinned
 /// element; the memory range and baseline; the plot's columns, rows and redraw count; the
@@ -32,6 +32,27 @@ fn palette() -> PaletteVm {
         hit: draw::rgb_of(&th.accent).unwrap_or(dflt.hit),
         pinned: draw::rgb_of(&th.fg).unwrap_or(dflt.pinned),
     }
+}
+
+/// The first view the timeline will ask for when `tab` opens, where the plot is already on
+/// screen (another file is open) and so has its size: asked for ahead
+/// ([`Client::prefetch`](crate::client::Client::prefetch)) while the tab is being built.
+pub(crate) fn first_query(tab: &Tab, baseline: bool) -> Option<ViewQuery> {
+    canvas_by_id("timeline")?;
+    Some(ViewQuery {
+        doc: tab.info.doc,
+        device: tab.device,
+        kind: tab.kind,
+        start: tab.start,
+        end: tab.end,
+        columns: plot_columns(),
+        rows: plot_rows(),
+        y: tab.y,
+        baseline,
+        totals_only: false,
+        pinned: None,
+        palette: palette(),
+    })
 }
 
 /// The timeline's view model.
@@ -176,7 +197,10 @@ pub(super) fn paint() {
             if let Some((doc, started)) = plot.first_draw.get_value() {
                 if doc == t.info.doc {
                     plot.first_draw.set_value(None);
-                    record("first-draw", now() - started);
+                    let at = now();
+                    record("first-draw", at - started);
+                    // Since the page started: the cold page's figure, and the bench's end mark.
+                    record("first-draw-at", at);
                 }
             }
         });

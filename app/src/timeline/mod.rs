@@ -3,6 +3,7 @@
 //! (`ask`), and `paint` draws them.
 
 mod ask;
+pub(crate) use ask::first_query;
 mod minimap;
 mod plot;
 mod toolbar;
