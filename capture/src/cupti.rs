@@ -148,8 +148,29 @@ fn current_snapshot() -> Option<snapshot::Snapshot> {
 /// notes it in the run's list when `memscape capture` runs this process.
 fn dump(path: &Path) -> std::io::Result<()> {
     let snap = current_snapshot().ok_or_else(|| std::io::Error::other("nothing is being recorded"))?;
+    write(path, &snap)
+}
+
+/// [`dump`], except that in a run of `memscape capture` a process that has allocated nothing
+/// on any device writes nothing (a launcher such as `torchrun`, which initialises the driver
+/// but never allocates, would otherwise leave an empty snapshot beside its ranks' files).
+/// Returns whether it wrote.
+fn dump_in_run(path: &Path) -> std::io::Result<bool> {
+    let snap = current_snapshot().ok_or_else(|| std::io::Error::other("nothing is being recorded"))?;
+    if RUN_LIST.get().is_some() && allocated_nothing(&snap) {
+        return Ok(false);
+    }
+    write(path, &snap).map(|()| true)
+}
+
+/// No segment alive and no trace entry on any device.
+fn allocated_nothing(snap: &snapshot::Snapshot) -> bool {
+    snap.segments.is_empty() && snap.device_traces.iter().flatten().all(|t| t.is_empty())
+}
+
+fn write(path: &Path, snap: &snapshot::Snapshot) -> std::io::Result<()> {
     let pid = std::process::id();
-    output::write_atomically(path, pid, |w| snapshot::write::write_pickle(&snap, w))?;
+    output::write_atomically(path, pid, |w| snapshot::write::write_pickle(snap, w))?;
     if let Some((list, rank)) = RUN_LIST.get() {
         output::note(list, &output::Written { pid, rank: *rank, path: path.to_path_buf() })?;
     }
@@ -288,9 +309,9 @@ fn dump_to_out(tell: bool) {
     static DUMPING: Mutex<()> = Mutex::new(());
     let _one = DUMPING.lock();
     if let Some(path) = OUT_PATH.get() {
-        match dump(path) {
-            Ok(()) if tell => eprintln!("memscape capture: wrote {}", path.display()),
-            Ok(()) => {}
+        match dump_in_run(path) {
+            Ok(true) if tell => eprintln!("memscape capture: wrote {}", path.display()),
+            Ok(_) => {}
             Err(e) => eprintln!("memscape capture: could not write {}: {e}", path.display()),
         }
     }
