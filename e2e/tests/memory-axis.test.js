@@ -6,7 +6,7 @@ import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { openExample, ROOT } from '../harness.js';
+import { openExample, ROOT, CORPUS } from '../harness.js';
 
 const SHOTS = join(ROOT, 'e2e', 'screenshots');
 mkdirSync(SHOTS, { recursive: true });
@@ -278,4 +278,27 @@ test('moving the window to a 2x screen draws the plot again at the new ratio', a
     for (let i = 4; i < d.length; i += 4) if (d[i] !== d[i - 4] || d[i + 1] !== d[i - 3]) runs++;
     return runs > 100;
   }, null, { timeout: 5000 });
+});
+
+test('a dump with no history (one step) is drawn, its axis from zero, with the baseline on', async () => {
+  // Every byte of a one-step trace is "stable": an axis from the baseline would start at the
+  // peak and show nothing (9 corpus files drew a blank plot so).
+  const o = await openExample(EXAMPLE);
+  open.push(o);
+  const { page } = o;
+  await page.setInputFiles('#file-input', join(CORPUS, 'pt22-layoutedit-2traces-cuda1.pickle'));
+  await page.waitForFunction(() => document.querySelector('.tab.active .tab-name')?.textContent === 'pt22-layoutedit-2traces-cuda1.pickle');
+  await page.waitForFunction(() => document.getElementById('timeline').dataset.peakStep !== undefined
+    && (window.memscapeTimings || []).filter(x => x[0] === 'first-draw').length >= 2, null, { timeout: 30000 });
+  await settle(page);
+  assert.ok(await page.locator('#baseline').isChecked());
+  assert.equal(await page.locator('#y-range').textContent(), '', 'the axis starts at zero');
+  const { painted } = await greyShare(page);
+  const plot = await page.evaluate(({ LEFT, RIGHT, TOP, BOTTOM }) => {
+    const c = document.getElementById('timeline');
+    return (c.clientWidth - LEFT - RIGHT) * (c.clientHeight - TOP - BOTTOM) * (c.width / c.clientWidth) ** 2;
+  }, { LEFT, RIGHT, TOP, BOTTOM });
+  // The trace's one step holds its 10.6 GB across the whole width, under a 5% headroom.
+  assert.ok(painted > plot * 0.8, `${painted} of ${plot} plot pixels painted`);
+  await page.screenshot({ path: join(SHOTS, '17-one-step-dump.png') });
 });
