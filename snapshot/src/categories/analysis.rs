@@ -17,7 +17,7 @@
 use regex_lite::Regex;
 use rustc_hash::FxHashMap;
 
-use super::evidence::{call_site, stack_phase, Windows};
+use super::evidence::{call_site, frame_phase, phase_of, stack_phase, Windows};
 use super::{
     Budget, Categories, Category, Class, Compiled, Iteration, IterationSource, Leak, Phase, Target, Why, CHECKPOINT, N,
 };
@@ -58,6 +58,8 @@ pub struct Analysis {
     windows: Windows,
     /// Per stack id: its phase once worked out (`UNKNOWN` until then).
     stack_phases: Vec<u8>,
+    /// What each frame shows of the phase ([`frame_phase`]), `UNKNOWN` until looked at.
+    frame_phases: Vec<u8>,
     /// The annotation interval of the entry before (entries come mostly in time order).
     window_at: usize,
     /// Some annotation rule of the user's applies to some span.
@@ -142,6 +144,7 @@ impl Analysis {
             rule_categories: rules.iter().map(|r| r.category).collect(),
             windows,
             stack_phases: vec![UNKNOWN; snap.stacks.len()],
+            frame_phases: vec![UNKNOWN; snap.frames.len()],
             window_at: 0,
             annotation_rules,
             stack_rules: FxHashMap::default(),
@@ -236,7 +239,23 @@ impl Analysis {
     fn stack_phase(&mut self, snap: &Snapshot, s: StackId) -> Option<Phase> {
         match self.stack_phases.get(s.0 as usize) {
             Some(&UNKNOWN) => {
-                let p = stack_phase(snap, s);
+                // Stacks share most of their frames: each frame is looked at once.
+                let mut bits = 0;
+                for id in snap.stacks.get(s) {
+                    let k = id.0 as usize;
+                    let b = match self.frame_phases.get(k) {
+                        Some(&b) if b != UNKNOWN => b,
+                        _ => {
+                            let b = frame_phase(snap, &snap.frames[k]);
+                            if let Some(slot) = self.frame_phases.get_mut(k) {
+                                *slot = b;
+                            }
+                            b
+                        }
+                    };
+                    bits |= b;
+                }
+                let p = phase_of(bits);
                 self.stack_phases[s.0 as usize] = p.map_or(NONE, phase_index) as u8;
                 p
             }

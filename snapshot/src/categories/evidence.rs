@@ -44,26 +44,51 @@ pub fn call_site(snap: &Snapshot, stack: StackId) -> Option<FrameId> {
 
 /// The phase a stack shows: zero_grad, then the optimizer, then autograd, then a forward.
 pub fn stack_phase(snap: &Snapshot, stack: StackId) -> Option<Phase> {
-    let (mut opt, mut bwd, mut fwd) = (false, false, false);
-    for f in snap.stack(stack) {
-        let name = snap.str(f.name);
-        let file = snap.str(f.filename);
-        if name == "zero_grad" && is_py(file) {
-            return Some(Phase::ZeroGrad);
-        }
-        opt |= is_py(file) && has(file, "torch/optim/");
-        bwd |= name.contains("torch::autograd::Engine")
-            || name.contains("AccumulateGrad")
-            || name == "_engine_run_backward"
-            || (name == "backward" && (has(file, "torch/_tensor.py") || has(file, "torch/autograd/")));
-        fwd |= (name == "_call_impl" && file.ends_with("module.py"))
-            || (is_py(file) && (name == "forward" || name.ends_with(".forward")));
+    phase_of(snap.stack(stack).fold(0, |bits, f| bits | frame_phase(snap, f)))
+}
+
+/// What one frame shows of the phase, as bits ([`phase_of`] reads the bits of a whole stack):
+/// a stack's phase depends on which of these its frames show, not on their order, so callers
+/// that see the same frame in many stacks work each frame out once.
+pub fn frame_phase(snap: &Snapshot, f: &Frame) -> u8 {
+    let name = snap.str(f.name);
+    let file = snap.str(f.filename);
+    let mut bits = 0;
+    if name == "zero_grad" && is_py(file) {
+        bits |= ZERO_GRAD;
     }
-    if opt {
+    if is_py(file) && has(file, "torch/optim/") {
+        bits |= OPTIMIZER;
+    }
+    if name.contains("torch::autograd::Engine")
+        || name.contains("AccumulateGrad")
+        || name == "_engine_run_backward"
+        || (name == "backward" && (has(file, "torch/_tensor.py") || has(file, "torch/autograd/")))
+    {
+        bits |= BACKWARD;
+    }
+    if (name == "_call_impl" && file.ends_with("module.py"))
+        || (is_py(file) && (name == "forward" || name.ends_with(".forward")))
+    {
+        bits |= FORWARD;
+    }
+    bits
+}
+
+const ZERO_GRAD: u8 = 1;
+const OPTIMIZER: u8 = 2;
+const BACKWARD: u8 = 4;
+const FORWARD: u8 = 8;
+
+/// The phase a stack's frames show together ([`frame_phase`] of each, or-ed).
+pub fn phase_of(bits: u8) -> Option<Phase> {
+    if bits & ZERO_GRAD != 0 {
+        Some(Phase::ZeroGrad)
+    } else if bits & OPTIMIZER != 0 {
         Some(Phase::Optimizer)
-    } else if bwd {
+    } else if bits & BACKWARD != 0 {
         Some(Phase::Backward)
-    } else if fwd {
+    } else if bits & FORWARD != 0 {
         Some(Phase::Forward)
     } else {
         None
