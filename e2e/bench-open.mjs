@@ -40,7 +40,7 @@ const cold = [];
 const coldParts = { load: [], wasm: [] };
 const first = new Map(files.map(f => [f.path, []]));
 const later = new Map(files.map(f => [f.path, []]));
-const parts = new Map(files.map(f => [f.path, { load: [], parse: [] }]));
+const parts = new Map(files.map(f => [f.path, { load: [], parse: [], read: [] }]));
 for (let r = 0; r < rounds; r++) {
   // The cold page: a fresh profile (nothing cached), the page and its bundled example.
   {
@@ -72,6 +72,7 @@ for (let r = 0; r < rounds; r++) {
     (i === 0 ? first : later).get(f.path).push(ms);
     parts.get(f.path).load.push((await marks(page, 'load'))[0]);
     parts.get(f.path).parse.push((await marks(page, 'parse-worker'))[0]);
+    parts.get(f.path).read.push((await marks(page, 'read-worker'))[0]);
     await page.waitForTimeout(1000);
   }
   await ctx.close();
@@ -79,12 +80,12 @@ for (let r = 0; r < rounds; r++) {
 await srv.close();
 
 console.log(`\n== opening files (${rounds} rounds, a fresh browser profile each; medians, ms)`);
-console.log('file                                        MB   first file  later files  target  load reply  parse  PyTorch\'s viewer');
+console.log('file                                        MB   first file  later files  target  load reply  parse (reads)  PyTorch\'s viewer');
 for (const f of files) {
   const mb = statSync(f.path).size / 1e6;
   const target = mb <= 5 ? '<= 60' : '  -  ';
   const p = parts.get(f.path);
-  console.log(`${basename(f.path).padEnd(42)} ${mb.toFixed(1).padStart(4)}  ${fmt(median(first.get(f.path))).padStart(10)}  ${fmt(median(later.get(f.path))).padStart(11)}  ${target}  ${fmt(median(p.load)).padStart(10)}  ${fmt(median(p.parse)).padStart(5)}  ${String(f.torch).padStart(6)}`);
+  console.log(`${basename(f.path).padEnd(42)} ${mb.toFixed(1).padStart(4)}  ${fmt(median(first.get(f.path))).padStart(10)}  ${fmt(median(later.get(f.path))).padStart(11)}  ${target}  ${fmt(median(p.load)).padStart(10)}  ${fmt(median(p.parse)).padStart(5)} (${fmt(median(p.read)).padStart(5)})  ${String(f.torch).padStart(6)}`);
 }
 const small = files.filter(f => statSync(f.path).size <= 5e6);
 const all = small.flatMap(f => [...first.get(f.path), ...later.get(f.path)]);

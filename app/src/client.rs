@@ -189,6 +189,14 @@ impl Conn {
         Ok(conn)
     }
 
+    /// Idle until a file comes, a spare warms up (`engine::warm`): the file then meets
+    /// optimised code, not the baseline code a fresh worker starts on.
+    fn warm(&self) {
+        if let Ok(bytes) = postcard::to_allocvec(&ToWorker::Warm) {
+            self.post(js_sys::Uint8Array::from(bytes.as_slice()).into());
+        }
+    }
+
     fn post(&self, v: JsValue) {
         if self.dead.borrow().is_some() {
             return;
@@ -353,6 +361,7 @@ impl Client {
         }
         let Ok(blob) = web_sys::Blob::new() else { return };
         if let Ok(c) = Conn::spawn(&self.0.boot, "file", &blob, &self.0.analysed) {
+            c.warm();
             self.0.spare.replace(Some(c));
         }
     }
@@ -383,6 +392,8 @@ impl Client {
         });
         let conn = match self.0.take_spare() {
             Some(c) => {
+                // Not ready yet, its queue holds only the warm-up: no time for it now.
+                c.queue.borrow_mut().clear();
                 c.name.replace(name.to_string());
                 c.blob.replace(blob.clone());
                 c

@@ -71,6 +71,7 @@ impl Opener {
                 record("loaded-at", now());
                 record("parse-worker", info.parse_ms);
                 record("layout-worker", info.layout_ms);
+                record("read-worker", info.read_ms);
                 record("wasm-memory-worker", info.heap_bytes as f64);
                 self.plot.first_draw.set_value(Some((info.doc, started)));
                 let doc = info.doc;

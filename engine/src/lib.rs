@@ -12,6 +12,7 @@ pub mod protocol;
 pub mod ranks;
 #[allow(missing_docs)]
 pub mod raster;
+pub mod warm;
 
 use std::collections::{HashMap, VecDeque};
 
@@ -192,6 +193,7 @@ impl Engine {
             summary,
             parse_ms: parsed - loading.started,
             layout_ms: 0.0,
+            read_ms: 0.0,
             model_bytes: snap.heap_bytes() as u64,
             heap_bytes: 0,
         };
@@ -238,6 +240,11 @@ impl Engine {
             out.extend(d.finished.drain(..).map(|(device, what)| (id, device, what)));
         }
         out
+    }
+
+    /// No file is open.
+    pub fn is_empty(&self) -> bool {
+        self.docs.is_empty()
     }
 
     /// Background work is left ([`Engine::work`]).

@@ -146,7 +146,13 @@ pub enum Finished {
 /// A message from the page that is not a file (files travel as `File` objects).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum ToWorker {
-    Request { id: u32, request: Request },
+    Request {
+        id: u32,
+        request: Request,
+    },
+    /// A spare worker, idle: open a small generated snapshot and forget it, so that the
+    /// next file meets optimised code ([`crate::warm`]). Dropped when a file comes.
+    Warm,
 }
 
 /// A file that finished loading.
@@ -161,9 +167,13 @@ pub struct DocInfo {
     /// The device to show first (most events, never an empty one).
     pub default_device: Option<u32>,
     pub summary: Summary,
-    /// Worker-side time to parse and lay out, ms.
+    /// Worker-side time from the first slice asked for to the model built, ms (the reads
+    /// included), and then to the default device's layout.
     pub parse_ms: f64,
     pub layout_ms: f64,
+    /// Of `parse_ms`, the time spent waiting on the browser for the file's bytes (set by the
+    /// worker; 0 natively).
+    pub read_ms: f64,
     /// Bytes the model holds.
     pub model_bytes: u64,
     /// The worker's whole memory after loading (set by the worker; 0 natively).

@@ -1,4 +1,4 @@
-//! The Web Worker: reads files in slices and runs the engine, so the page never waits on
+//! The Web Worker: reads files as a stream and runs the engine, so the page never waits on
 //! parsing or layout. The page starts one worker per file, so each file has wasm32's whole
 //! 4 GiB and a file that exhausts it takes no other file down. Messages in: `[id, Blob,
 //! name]` to open a file (as doc `id`), `[run, [File...], "run"]` then `[id, index, name,
@@ -11,19 +11,21 @@
 //! allocator-state checkpoints) in slices of a few milliseconds. Each slice is a task of its
 //! own (a message to itself through a `MessageChannel`), so a request that arrives during one
 //! is answered before the next: a hover waits at most one slice, never a whole-file analysis.
+//! A spare worker, idle before it is given a file, warms up the same way
+//! ([`engine::warm`]), and drops the warm-up when the file comes.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 use engine::protocol::{FromWorker, LoadEvent, Response, ToWorker};
 use engine::ranks::RankLoad;
+use engine::warm::Warmup;
 use engine::{Engine, Loading};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use web_sys::{DedicatedWorkerGlobalScope, MessageEvent};
 
-/// Slice size: large enough that per-slice overhead vanishes, small enough for a smooth
-/// progress bar.
+/// The slices a run's snapshot is read in (a file opened in a tab is read as a stream).
 const SLICE: u64 = 4 << 20;
 
 /// Background work per slice, ms: about what a request may wait behind (the clock is read
@@ -42,6 +44,8 @@ struct Worker {
     ticking: Cell<bool>,
     /// A pool worker's run: its files, asked for by index.
     run_files: RefCell<Option<js_sys::Array>>,
+    /// A spare worker's warm-up, in the background slices until a file comes.
+    warm: RefCell<Option<Warmup>>,
 }
 
 impl Worker {
@@ -73,37 +77,54 @@ impl Worker {
     async fn load(self: Rc<Self>, id: u32, blob: web_sys::Blob, name: String) {
         let total = blob.size() as u64;
         let mut loading = Loading::new(&name, total, self.now());
-        let blob = gloo_file::Blob::from(blob);
+        // The file as a stream: each piece is read as soon as the browser has it, while the
+        // browser reads the next (reading whole slices first and then parsing them left the
+        // parser waiting on every read: a third of a small file's load).
+        let reader: web_sys::ReadableStreamDefaultReader = blob.stream().get_reader().unchecked_into();
+        let mut piece = Vec::new();
         let mut at = 0u64;
         let mut last_progress = 0.0;
-        while at < total {
-            let end = (at + SLICE).min(total);
-            let slice = blob.slice(at, end);
-            let bytes = match gloo_file::futures::read_as_bytes(&slice).await {
-                Ok(b) => b,
+        let mut read_ms = 0.0;
+        loop {
+            let asked = self.now();
+            let read = wasm_bindgen_futures::JsFuture::from(reader.read()).await;
+            read_ms += self.now() - asked;
+            let result: web_sys::ReadableStreamReadResult = match read {
+                Ok(r) => r.unchecked_into(),
                 Err(e) => {
+                    let why =
+                        e.dyn_ref::<js_sys::Error>().map_or_else(|| format!("{e:?}"), |e| String::from(e.message()));
                     let event =
-                        LoadEvent::Failed(format!("{name}: the browser could not read the file at byte {at}: {e}"));
+                        LoadEvent::Failed(format!("{name}: the browser could not read the file at byte {at}: {why}"));
                     self.send(&FromWorker::Load { id, event });
                     return;
                 }
             };
-            if let Err(e) = loading.feed(&bytes) {
+            if result.get_done() == Some(true) {
+                break;
+            }
+            let Ok(chunk) = result.get_value().dyn_into::<js_sys::Uint8Array>() else { continue };
+            piece.resize(chunk.length() as usize, 0);
+            chunk.copy_to(&mut piece);
+            if let Err(e) = loading.feed(&piece) {
+                let _ = reader.cancel();
                 self.send(&FromWorker::Load { id, event: LoadEvent::Failed(e) });
                 return;
             }
-            at = end;
+            at += piece.len() as u64;
             let now = self.now();
-            if now - last_progress > 50.0 || at == total {
+            if now - last_progress > 50.0 {
                 last_progress = now;
                 self.send(&FromWorker::Load { id, event: LoadEvent::Progress { bytes: at, total } });
             }
         }
+        self.send(&FromWorker::Load { id, event: LoadEvent::Progress { bytes: at, total } });
         let this = self.clone();
         let result = self.engine.borrow_mut().finish(id, loading, &|| this.now());
         let event = match result {
             Ok(mut info) => {
                 info.heap_bytes = wasm_memory_bytes();
+                info.read_ms = read_ms;
                 LoadEvent::Loaded(info)
             }
             Err(e) => LoadEvent::Failed(e),
@@ -154,7 +175,18 @@ impl Worker {
     fn on_tick(&self) {
         self.ticking.set(false);
         let deadline = self.now() + WORK_MS;
-        while self.engine.borrow_mut().work(UNITS) && self.now() < deadline {}
+        let warming = self.warm.borrow().is_some();
+        if warming {
+            let mut more = true;
+            while more && self.now() < deadline {
+                more = self.warm.borrow_mut().as_mut().is_some_and(Warmup::step);
+            }
+            if !more {
+                self.warm.take();
+            }
+        } else {
+            while self.engine.borrow_mut().work(UNITS) && self.now() < deadline {}
+        }
         self.pump();
     }
 
@@ -165,7 +197,7 @@ impl Worker {
         for (doc, device, what) in finished {
             self.send(&FromWorker::Analysed { doc, device, what });
         }
-        if self.ticking.get() || !self.engine.borrow().has_work() {
+        if self.ticking.get() || !(self.engine.borrow().has_work() || self.warm.borrow().is_some()) {
             return;
         }
         // Should the message not go, the next request tries again.
@@ -174,6 +206,8 @@ impl Worker {
 
     fn on_message(self: &Rc<Self>, data: JsValue) {
         if let Some(arr) = data.dyn_ref::<js_sys::Array>() {
+            // A file (or a run's): the warm-up has done what it could.
+            self.warm.take();
             let id = arr.get(0).as_f64().unwrap_or(0.0) as u32;
             let name = arr.get(2).as_string().unwrap_or_else(|| "file".into());
             if arr.get(2).as_string().as_deref() == Some("run") {
@@ -203,6 +237,12 @@ impl Worker {
                 let response = self.engine.borrow_mut().handle(request);
                 self.send(&FromWorker::Reply { id, response });
                 self.pump();
+            }
+            Ok(ToWorker::Warm) => {
+                if self.engine.borrow().is_empty() {
+                    self.warm.replace(Some(Warmup::new()));
+                    self.pump();
+                }
             }
             Err(e) => web_sys::console::error_1(&format!("worker: bad message: {e}").into()),
         }
@@ -243,6 +283,7 @@ fn main() {
         tick,
         ticking: Cell::new(false),
         run_files: RefCell::new(None),
+        warm: RefCell::new(None),
     });
     let w = worker.clone();
     let ontick = Closure::<dyn Fn(MessageEvent)>::new(move |_: MessageEvent| w.on_tick());

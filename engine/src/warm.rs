@@ -1,0 +1,226 @@
+//! A spare worker's warm-up: it opens a small generated snapshot the way a real file is
+//! opened (read in slices, finished, its first views, the minimap, the event list, a hover,
+//! some background analysis) and then forgets it.
+//!
+//! Why: a worker's wasm starts on V8's baseline code (Liftoff), which runs the reader and
+//! the level-of-detail sweep 3 to 5 times slower than the optimised code (TurboFan) that a
+//! function gets only after it has run a while, and only for its *next* call (wasm has no
+//! on-stack replacement). A file opened in a fresh worker was read and drawn almost wholly
+//! on baseline code. Warmed up while the page is idle, the worker meets the file with
+//! optimised code; and as workers of one page share their compiled module, every later
+//! worker does too.
+//!
+//! Each [`Warmup::step`] is a few milliseconds of baseline code, so a file chosen meanwhile
+//! waits at most one step; the worker drops the warm-up as soon as a file comes.
+
+use snapshot::synth;
+
+use crate::protocol::{Kind, PaletteVm, Request, ViewQuery};
+use crate::{Engine, Loading};
+
+/// The generated snapshot's size: enough that every hot function of the open runs long
+/// enough to be optimised, small enough that the whole warm-up is about 100 ms of baseline
+/// code.
+const BYTES: u64 = 400_000;
+/// The slices it is read in: one step each.
+const SLICE: usize = 32 << 10;
+/// Its id in the warm-up's own engine.
+const DOC: u32 = 1;
+/// The plot size of its views (a typical window's).
+const COLUMNS: u32 = 1200;
+const ROWS: u32 = 300;
+/// The requests made of it (see [`Warmup::view`]): V8 optimises a function only once it has
+/// run a while, and the sweep is one long call per view.
+const VIEWS: u8 = 16;
+/// Background analysis per step, in the engine's units.
+const UNITS: usize = 512;
+/// Background steps at most.
+const WORK_STEPS: u32 = 8;
+
+/// The warm-up in progress; [`Warmup::step`] until it returns false.
+pub struct Warmup {
+    stage: Stage,
+    engine: Engine,
+    snap: Option<snapshot::Snapshot>,
+    bytes: Vec<u8>,
+    at: usize,
+    loading: Option<Loading>,
+    device: u32,
+    /// Its default device's trace entries (at least its steps: where zoomed views end).
+    entries: f64,
+    /// Steps taken: what [`Warmup::steps`] reports.
+    steps: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stage {
+    Generate,
+    Write,
+    Read,
+    Finish,
+    View(u8),
+    Work(u32),
+    Done,
+}
+
+impl Default for Warmup {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Warmup {
+    /// A warm-up that has not started (nothing generated yet: the first step does it).
+    pub fn new() -> Self {
+        Warmup {
+            stage: Stage::Generate,
+            engine: Engine::new(),
+            snap: None,
+            bytes: Vec::new(),
+            at: 0,
+            loading: None,
+            device: 0,
+            entries: 0.0,
+            steps: 0,
+        }
+    }
+
+    /// Steps taken so far.
+    pub fn steps(&self) -> u32 {
+        self.steps
+    }
+
+    /// Takes one step; false once the warm-up is over (its snapshot dropped).
+    pub fn step(&mut self) -> bool {
+        if self.stage == Stage::Done {
+            return false;
+        }
+        self.steps += 1;
+        self.stage = match self.stage {
+            Stage::Generate => {
+                self.snap = Some(synth::generate(&synth::Options::for_bytes(BYTES)));
+                Stage::Write
+            }
+            Stage::Write => {
+                self.bytes = self.snap.take().map(|s| snapshot::write::to_pickle_bytes(&s)).unwrap_or_default();
+                self.loading = Some(Loading::new("warm-up.pickle", self.bytes.len() as u64, 0.0));
+                Stage::Read
+            }
+            Stage::Read => {
+                let end = (self.at + SLICE).min(self.bytes.len());
+                let fed = match (&mut self.loading, self.bytes.get(self.at..end)) {
+                    (Some(l), Some(chunk)) => l.feed(chunk).is_ok(),
+                    _ => false,
+                };
+                self.at = end;
+                match () {
+                    _ if !fed => Stage::Done,
+                    _ if end < self.bytes.len() => Stage::Read,
+                    _ => Stage::Finish,
+                }
+            }
+            Stage::Finish => match self.loading.take().map(|l| self.engine.finish(DOC, l, &|| 0.0)) {
+                Some(Ok(info)) => {
+                    self.device = info.default_device.unwrap_or(0);
+                    self.entries =
+                        info.devices.iter().find(|d| d.device == self.device).map_or(0, |d| d.entries) as f64;
+                    self.bytes = Vec::new();
+                    Stage::View(0)
+                }
+                _ => Stage::Done,
+            },
+            Stage::View(i) => {
+                self.view(i);
+                if i + 1 < VIEWS {
+                    Stage::View(i + 1)
+                } else {
+                    Stage::Work(0)
+                }
+            }
+            Stage::Work(n) => {
+                if self.engine.work(UNITS) && n + 1 < WORK_STEPS {
+                    Stage::Work(n + 1)
+                } else {
+                    Stage::Done
+                }
+            }
+            Stage::Done => Stage::Done,
+        };
+        if self.stage == Stage::Done {
+            self.engine = Engine::new();
+            self.bytes = Vec::new();
+            self.loading = None;
+        }
+        self.stage != Stage::Done
+    }
+
+    /// The requests a page makes on opening a file: its first view from the baseline, the
+    /// minimap's totals, the first rows of the event list, the allocator's state and a
+    /// hover; then views zoomed in on one part and another.
+    fn view(&mut self, i: u8) {
+        let (doc, device) = (DOC, self.device);
+        // The first calls run on baseline code, each function compiled as it is first
+        // called: the first views are a quarter of the size, so no step is long.
+        let scale = if i < VIEWS / 2 { 4 } else { 1 };
+        let query = |totals_only: bool, start: f64, end: f64| ViewQuery {
+            doc,
+            device,
+            kind: Kind::Blocks,
+            start,
+            end,
+            columns: COLUMNS / scale,
+            rows: if totals_only { 1 } else { ROWS / scale },
+            y: None,
+            baseline: !totals_only,
+            totals_only,
+            pinned: None,
+            palette: PaletteVm::default(),
+        };
+        let request = match i {
+            0 => Request::View(query(false, 0.0, 0.0)),
+            1 => Request::View(query(true, 0.0, 0.0)),
+            2 => Request::Events { doc, device, first: 0, count: 15 },
+            3 => Request::State { doc, device, entry: Some((self.entries / 2.0) as u32) },
+            4 => Request::Hit {
+                doc,
+                device,
+                kind: Kind::Blocks,
+                step: (self.entries / 4.0) as u32,
+                bytes: 1 << 20,
+                slack: 1 << 20,
+            },
+            _ => {
+                let start = f64::from(i % 4) / 8.0 * self.entries;
+                Request::View(query(false, start, start + self.entries / 2.0))
+            }
+        };
+        let _ = self.engine.handle(request);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::Response;
+
+    /// The warm-up opens its snapshot and draws it (a warm-up that failed early would warm
+    /// nothing up), then ends with nothing kept.
+    #[test]
+    fn the_warm_up_reads_and_draws_its_snapshot_then_forgets_it() {
+        let mut w = Warmup::new();
+        let mut drawn = false;
+        while w.step() {
+            assert!(w.steps() < 1_000, "the warm-up does not end");
+            if matches!(w.stage, Stage::View(1)) {
+                let doc = w.engine.handle(Request::Events { doc: DOC, device: w.device, first: 0, count: 1 });
+                assert!(matches!(doc, Response::Events(_)), "the snapshot is open after its first view");
+                drawn = w.engine.docs.get(&DOC).is_some_and(|d| d.lanes.values().any(|l| !l.drawn.is_empty()));
+            }
+        }
+        assert!(drawn, "the first view drew bands");
+        let slices = (w.steps() as usize).saturating_sub(3 + VIEWS as usize);
+        assert!(slices >= 400_000 / SLICE, "read in slices of {SLICE} bytes, one a step ({} steps)", w.steps());
+        assert!(w.engine.docs.is_empty(), "nothing is kept once done");
+        assert!(!w.step(), "a finished warm-up stays finished");
+    }
+}
