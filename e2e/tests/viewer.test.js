@@ -344,6 +344,49 @@ test('zoom, pan, minimap and jump to peak change the window and the picture', as
   assert.ok(Number(h6.end) - Number(h6.start) < n / 2, 'and zooms in on it');
 });
 
+test('a pan shows the last picture moved at once, then the exact one', async () => {
+  await showExample();
+  await page.locator('#whole').click();
+  await settle();
+  await page.locator('#timeline').hover();
+  await page.keyboard.press('w');
+  await page.keyboard.press('w');
+  await settle();
+  // Painted pixels in the plot's rightmost 8%, below the lanes (the plot's margins in CSS
+  // pixels, app/src/draw/mod.rs: LEFT 76, RIGHT 14, TOP 60, BOTTOM 24).
+  const strip = () => {
+    const c = document.getElementById('timeline');
+    const r = devicePixelRatio;
+    const x1 = Math.floor(c.width - 14 * r), x0 = Math.floor(x1 - (x1 - 76 * r) * 0.08);
+    const d = c.getContext('2d').getImageData(x0, 60 * r, x1 - x0, c.height - 84 * r).data;
+    const bg = c.getContext('2d').getImageData(1, 1, 1, 1).data;
+    let painted = 0;
+    for (let i = 0; i < d.length; i += 4) {
+      if (Math.abs(d[i] - bg[0]) + Math.abs(d[i + 1] - bg[1]) + Math.abs(d[i + 2] - bg[2]) > 30) painted++;
+    }
+    return painted;
+  };
+  const before = await page.evaluate(`(${strip})()`);
+  assert.ok(before > 100, `the zoomed picture reaches the plot's right edge (${before} pixels)`);
+  // D pans by a tenth of the window. The worker's answer comes as a message (a task of its
+  // own), so nothing but the preview can be drawn while the page only runs microtasks.
+  const caught = await page.evaluate(async s => {
+    window.memscapeTimings = [];
+    const marks = () => window.memscapeTimings.map(x => x[0]);
+    window.dispatchEvent(new KeyboardEvent('keydown', { key: 'd' }));
+    for (let i = 0; i < 100000 && !marks().includes('preview'); i++) await Promise.resolve();
+    return { marks: marks(), strip: eval(`(${s})()`) };
+  }, strip.toString());
+  assert.ok(caught.marks.includes('preview'), `a preview is drawn before the worker answers: ${caught.marks}`);
+  assert.ok(!caught.marks.includes('frame'), 'and before the exact picture');
+  assert.ok(caught.strip < before * 0.05, `the steps the last picture did not show are empty in the preview (${caught.strip} of ${before} pixels)`);
+  await settle();
+  const marks = await page.evaluate(() => window.memscapeTimings.map(x => x[0]));
+  assert.ok(marks.includes('frame'), 'the exact picture follows');
+  const after = await page.evaluate(`(${strip})()`);
+  assert.ok(after > 100, `the exact picture fills them (${after} pixels)`);
+});
+
 test('the device selector switches devices', async () => {
   const name = 'pt25plus-expandable-2gpu-tiny-nohistory.pickle';
   await page.locator('.tab-name', { hasText: name }).first().click();

@@ -7,6 +7,7 @@
 #![deny(missing_docs)]
 
 pub mod flame;
+pub mod preview;
 #[allow(missing_docs)]
 pub mod protocol;
 pub mod ranks;

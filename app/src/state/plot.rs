@@ -19,6 +19,8 @@ pub(crate) struct Plot {
     pub(crate) y_pick: RwSignal<Option<(f64, f64)>>,
     /// When the view request whose answer is being drawn left (0 once drawn).
     pub(crate) view_sent: StoredValue<f64>,
+    /// When the window moved whose preview is being drawn (0 once drawn).
+    pub(crate) preview_sent: StoredValue<f64>,
     /// The file that still waits for its first picture, with the time its load began.
     pub(crate) first_draw: StoredValue<Option<(DocId, f64)>>,
 }
@@ -41,6 +43,7 @@ impl Plot {
             outline: RwSignal::new(Vec::new()),
             y_pick: RwSignal::new(None),
             view_sent: StoredValue::new(0.0),
+            preview_sent: StoredValue::new(0.0),
             first_draw: StoredValue::new(None),
         }
     }

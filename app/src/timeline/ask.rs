@@ -94,6 +94,20 @@ pub(super) fn views() {
         if answered.get_value() == Some(asked(t.start, t.end)) && plot.view.with_untracked(Option::is_some) {
             return;
         }
+        // Only the window moved: the last picture, shifted and stretched, at once
+        // (`engine::preview`), while the worker draws the exact one.
+        let only_moved = |a: ViewKey| {
+            let (w, b) = (a.window, asked(t.start, t.end));
+            (w.0, w.1, w.2, w.5) == (b.window.0, b.window.1, b.window.2, b.window.5) && a == ViewKey { window: w, ..b }
+        };
+        if answered.get_value().is_some_and(only_moved) {
+            if let Some(p) =
+                plot.view.with_untracked(|v| v.as_ref().and_then(|v| engine::preview::preview(v, t.start, t.end)))
+            {
+                plot.preview_sent.set_value(now());
+                plot.view.set(Some(p));
+            }
+        }
         seq.update_value(|x| *x += 1);
         let my = seq.get_value();
         let q = ViewQuery {
@@ -193,6 +207,11 @@ pub(super) fn paint() {
             if sent > 0.0 {
                 plot.view_sent.set_value(0.0);
                 record("frame", now() - sent);
+            }
+            let moved = plot.preview_sent.get_value();
+            if moved > 0.0 {
+                plot.preview_sent.set_value(0.0);
+                record("preview", now() - moved);
             }
             if let Some((doc, started)) = plot.first_draw.get_value() {
                 if doc == t.info.doc {
