@@ -125,37 +125,58 @@ pub fn timeline(canvas: &HtmlCanvasElement, vm: &ViewModel, o: &Overlay, th: &Th
     ctx.set_fill_style_str(&th.fg);
     let _ = ctx.fill_text("OOM", 4.0, LANE / 2.0 + 2.0);
     let _ = ctx.fill_text("spans", 4.0, LANE * 1.5 + 2.0);
+    // The OOM marks, one path (a trace can hold an error at every step).
+    ctx.set_fill_style_str(&th.accent);
+    ctx.begin_path();
     for &s in &vm.ooms {
         let x = x_of_step(f64::from(s) + 0.5);
         if (LEFT..=w - RIGHT).contains(&x) {
-            ctx.set_fill_style_str(&th.accent);
-            ctx.begin_path();
             ctx.move_to(x, LANE);
             ctx.line_to(x - 5.0, 2.0);
             ctx.line_to(x + 5.0, 2.0);
-            ctx.fill();
+            ctx.close_path();
         }
     }
+    ctx.fill();
+    // A zoomed-out lane holds thousands of spans narrower than a pixel (14,000 in a view of
+    // a 1 GB file, each a colour set and a rect: most of a frame): of those, one per pixel
+    // column of a row is drawn, and the colour is set only when it changes.
+    let mut last_px = [f64::NEG_INFINITY; SPAN_ROWS as usize];
+    let mut style = (u32::MAX, f64::NAN);
     for sp in &vm.spans {
         let row = sp.depth.min(SPAN_ROWS - 1);
         let (x0, x1) = (x_of_step(sp.start).max(LEFT), x_of_step(sp.end).min(w - RIGHT));
         if x1 < LEFT || x0 > w - RIGHT {
             continue;
         }
-        let yy = LANE * (1 + row) as f64 + 1.0;
         let unmatched = sp.unmatched_end || sp.unmatched_start;
-        ctx.set_fill_style_str(&css(engine::colour(hash(&sp.name))));
-        ctx.set_global_alpha(if unmatched { 0.45 } else { 0.85 });
-        ctx.fill_rect(x0, yy, (x1 - x0).max(1.0), LANE - 2.0);
-        ctx.set_global_alpha(1.0);
+        let width = (x1 - x0).max(1.0);
+        let last = &mut last_px[row as usize];
+        if !unmatched && x1 - x0 < 1.0 && x0.floor() <= *last {
+            continue;
+        }
+        *last = (x0 + width).floor() - 1.0;
+        let yy = LANE * (1 + row) as f64 + 1.0;
+        let colour = (engine::colour(hash(&sp.name)), if unmatched { 0.45 } else { 0.85 });
+        if colour.0 != style.0 {
+            ctx.set_fill_style_str(&css(colour.0));
+        }
+        if colour.1 != style.1 {
+            ctx.set_global_alpha(colour.1);
+        }
+        style = colour;
+        ctx.fill_rect(x0, yy, width, LANE - 2.0);
         if unmatched {
+            ctx.set_global_alpha(1.0);
+            style.1 = 1.0;
             ctx.set_stroke_style_str(&th.accent);
             let _ = ctx.set_line_dash(&js_sys::Array::of2(&3.into(), &2.into()));
-            ctx.stroke_rect(x0, yy, (x1 - x0).max(1.0), LANE - 2.0);
+            ctx.stroke_rect(x0, yy, width, LANE - 2.0);
             let _ = ctx.set_line_dash(&js_sys::Array::new());
         }
         if x1 - x0 > 30.0 {
             ctx.save();
+            ctx.set_global_alpha(1.0);
             ctx.begin_path();
             ctx.rect(x0, yy, x1 - x0, LANE - 2.0);
             ctx.clip();
@@ -163,8 +184,10 @@ pub fn timeline(canvas: &HtmlCanvasElement, vm: &ViewModel, o: &Overlay, th: &Th
             let label = if sp.unmatched_end { format!("{} (END without START)", sp.name) } else { sp.name.clone() };
             let _ = ctx.fill_text(&label, x0 + 3.0, yy + LANE / 2.0 - 1.0);
             ctx.restore();
+            style.0 = u32::MAX;
         }
     }
+    ctx.set_global_alpha(1.0);
 
     // X axis.
     ctx.set_fill_style_str(&th.fg);
@@ -199,11 +222,14 @@ pub fn minimap(canvas: &HtmlCanvasElement, vm: &ViewModel, start: f64, end: f64,
     let cols = vm.columns.len().max(1) as f64;
     let cw = (w - LEFT - RIGHT) / cols;
     let y_max = vm.y_max.max(1) as f64;
+    // The columns as one path: the minimap is drawn again at every move of the window.
     ctx.set_fill_style_str(&th.muted);
+    ctx.begin_path();
     for (c, col) in vm.columns.iter().enumerate() {
         let hh = col.total as f64 / y_max * (h - 4.0);
-        ctx.fill_rect(LEFT + c as f64 * cw, h - hh, cw + 0.3, hh);
+        ctx.rect(LEFT + c as f64 * cw, h - hh, cw + 0.3, hh);
     }
+    ctx.fill();
     let n = f64::from(vm.n_steps.max(1));
     let (x0, x1) = (LEFT + start / n * (w - LEFT - RIGHT), LEFT + end / n * (w - LEFT - RIGHT));
     let y_of = |bytes: f64| (h - bytes / y_max * (h - 4.0)).clamp(0.0, h);
