@@ -189,10 +189,9 @@ impl Conn {
         Ok(conn)
     }
 
-    /// Idle until a file comes, a spare warms up (`engine::warm`): the file then meets
-    /// optimised code, not the baseline code a fresh worker starts on.
-    fn warm(&self) {
-        if let Ok(bytes) = postcard::to_allocvec(&ToWorker::Warm) {
+    /// Sends a message as postcard bytes.
+    fn send(&self, msg: &ToWorker) {
+        if let Ok(bytes) = postcard::to_allocvec(msg) {
             self.post(js_sys::Uint8Array::from(bytes.as_slice()).into());
         }
     }
@@ -336,9 +335,7 @@ impl Client {
         let id = self.0.id();
         let (tx, rx) = oneshot::channel();
         conn.pending.borrow_mut().insert(id, tx);
-        if let Ok(bytes) = postcard::to_allocvec(&ToWorker::Request { id, request }) {
-            conn.post(js_sys::Uint8Array::from(bytes.as_slice()).into());
-        }
+        conn.send(&ToWorker::Request { id, request });
         rx
     }
 
@@ -361,7 +358,9 @@ impl Client {
         }
         let Ok(blob) = web_sys::Blob::new() else { return };
         if let Ok(c) = Conn::spawn(&self.0.boot, "file", &blob, &self.0.analysed) {
-            c.warm();
+            // Idle until a file comes, it warms up (`engine::warm`): the file then meets
+            // optimised code, not the baseline code a fresh worker starts on.
+            c.send(&ToWorker::Warm);
             self.0.spare.replace(Some(c));
         }
     }

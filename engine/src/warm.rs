@@ -41,24 +41,27 @@ const WORK_STEPS: u32 = 8;
 pub struct Warmup {
     stage: Stage,
     engine: Engine,
-    snap: Option<snapshot::Snapshot>,
-    bytes: Vec<u8>,
-    at: usize,
-    loading: Option<Loading>,
-    device: u32,
-    /// Its default device's trace entries (at least its steps: where zoomed views end).
-    entries: f64,
     /// Steps taken: what [`Warmup::steps`] reports.
     steps: u32,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Where the warm-up is, with what that step needs.
 enum Stage {
     Generate,
-    Write,
-    Read,
-    Finish,
-    View(u8),
+    Write(Box<snapshot::Snapshot>),
+    Read {
+        bytes: Vec<u8>,
+        at: usize,
+        loading: Box<Loading>,
+    },
+    Finish(Box<Loading>),
+    /// The `i`th request; `entries`: the device's trace entries (at least its steps: where
+    /// zoomed views end).
+    View {
+        i: u8,
+        device: u32,
+        entries: f64,
+    },
     Work(u32),
     Done,
 }
@@ -72,17 +75,7 @@ impl Default for Warmup {
 impl Warmup {
     /// A warm-up that has not started (nothing generated yet: the first step does it).
     pub fn new() -> Self {
-        Warmup {
-            stage: Stage::Generate,
-            engine: Engine::new(),
-            snap: None,
-            bytes: Vec::new(),
-            at: 0,
-            loading: None,
-            device: 0,
-            entries: 0.0,
-            steps: 0,
-        }
+        Warmup { stage: Stage::Generate, engine: Engine::new(), steps: 0 }
     }
 
     /// Steps taken so far.
@@ -92,47 +85,37 @@ impl Warmup {
 
     /// Takes one step; false once the warm-up is over (its snapshot dropped).
     pub fn step(&mut self) -> bool {
-        if self.stage == Stage::Done {
+        if matches!(self.stage, Stage::Done) {
             return false;
         }
         self.steps += 1;
-        self.stage = match self.stage {
-            Stage::Generate => {
-                self.snap = Some(synth::generate(&synth::Options::for_bytes(BYTES)));
-                Stage::Write
+        self.stage = match std::mem::replace(&mut self.stage, Stage::Done) {
+            Stage::Generate => Stage::Write(Box::new(synth::generate(&synth::Options::for_bytes(BYTES)))),
+            Stage::Write(snap) => {
+                let bytes = snapshot::write::to_pickle_bytes(&snap);
+                let loading = Box::new(Loading::new("warm-up.pickle", bytes.len() as u64, 0.0));
+                Stage::Read { bytes, at: 0, loading }
             }
-            Stage::Write => {
-                self.bytes = self.snap.take().map(|s| snapshot::write::to_pickle_bytes(&s)).unwrap_or_default();
-                self.loading = Some(Loading::new("warm-up.pickle", self.bytes.len() as u64, 0.0));
-                Stage::Read
-            }
-            Stage::Read => {
-                let end = (self.at + SLICE).min(self.bytes.len());
-                let fed = match (&mut self.loading, self.bytes.get(self.at..end)) {
-                    (Some(l), Some(chunk)) => l.feed(chunk).is_ok(),
-                    _ => false,
-                };
-                self.at = end;
-                match () {
-                    _ if !fed => Stage::Done,
-                    _ if end < self.bytes.len() => Stage::Read,
-                    _ => Stage::Finish,
+            Stage::Read { bytes, at, mut loading } => {
+                let end = (at + SLICE).min(bytes.len());
+                match loading.feed(&bytes[at..end]) {
+                    Err(_) => Stage::Done,
+                    Ok(()) if end < bytes.len() => Stage::Read { bytes, at: end, loading },
+                    Ok(()) => Stage::Finish(loading),
                 }
             }
-            Stage::Finish => match self.loading.take().map(|l| self.engine.finish(DOC, l, &|| 0.0)) {
-                Some(Ok(info)) => {
-                    self.device = info.default_device.unwrap_or(0);
-                    self.entries =
-                        info.devices.iter().find(|d| d.device == self.device).map_or(0, |d| d.entries) as f64;
-                    self.bytes = Vec::new();
-                    Stage::View(0)
+            Stage::Finish(loading) => match self.engine.finish(DOC, *loading, &|| 0.0) {
+                Ok(info) => {
+                    let device = info.default_device.unwrap_or(0);
+                    let entries = info.devices.iter().find(|d| d.device == device).map_or(0, |d| d.entries) as f64;
+                    Stage::View { i: 0, device, entries }
                 }
-                _ => Stage::Done,
+                Err(_) => Stage::Done,
             },
-            Stage::View(i) => {
-                self.view(i);
+            Stage::View { i, device, entries } => {
+                self.view(i, device, entries);
                 if i + 1 < VIEWS {
-                    Stage::View(i + 1)
+                    Stage::View { i: i + 1, device, entries }
                 } else {
                     Stage::Work(0)
                 }
@@ -146,19 +129,18 @@ impl Warmup {
             }
             Stage::Done => Stage::Done,
         };
-        if self.stage == Stage::Done {
+        if matches!(self.stage, Stage::Done) {
             self.engine = Engine::new();
-            self.bytes = Vec::new();
-            self.loading = None;
+            return false;
         }
-        self.stage != Stage::Done
+        true
     }
 
     /// The requests a page makes on opening a file: its first view from the baseline, the
     /// minimap's totals, the first rows of the event list, the allocator's state and a
     /// hover; then views zoomed in on one part and another.
-    fn view(&mut self, i: u8) {
-        let (doc, device) = (DOC, self.device);
+    fn view(&mut self, i: u8, device: u32, entries: f64) {
+        let doc = DOC;
         // The first calls run on baseline code, each function compiled as it is first
         // called: the first views are a quarter of the size, so no step is long.
         let scale = if i < VIEWS / 2 { 4 } else { 1 };
@@ -180,18 +162,18 @@ impl Warmup {
             0 => Request::View(query(false, 0.0, 0.0)),
             1 => Request::View(query(true, 0.0, 0.0)),
             2 => Request::Events { doc, device, first: 0, count: 15 },
-            3 => Request::State { doc, device, entry: Some((self.entries / 2.0) as u32) },
+            3 => Request::State { doc, device, entry: Some((entries / 2.0) as u32) },
             4 => Request::Hit {
                 doc,
                 device,
                 kind: Kind::Blocks,
-                step: (self.entries / 4.0) as u32,
+                step: (entries / 4.0) as u32,
                 bytes: 1 << 20,
                 slack: 1 << 20,
             },
             _ => {
-                let start = f64::from(i % 4) / 8.0 * self.entries;
-                Request::View(query(false, start, start + self.entries / 2.0))
+                let start = f64::from(i % 4) / 8.0 * entries;
+                Request::View(query(false, start, start + entries / 2.0))
             }
         };
         let _ = self.engine.handle(request);
@@ -211,8 +193,8 @@ mod tests {
         let mut drawn = false;
         while w.step() {
             assert!(w.steps() < 1_000, "the warm-up does not end");
-            if matches!(w.stage, Stage::View(1)) {
-                let doc = w.engine.handle(Request::Events { doc: DOC, device: w.device, first: 0, count: 1 });
+            if let Stage::View { i: 1, device, .. } = w.stage {
+                let doc = w.engine.handle(Request::Events { doc: DOC, device, first: 0, count: 1 });
                 assert!(matches!(doc, Response::Events(_)), "the snapshot is open after its first view");
                 drawn = w.engine.docs.get(&DOC).is_some_and(|d| d.lanes.values().any(|l| !l.drawn.is_empty()));
             }

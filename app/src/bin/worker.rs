@@ -175,14 +175,13 @@ impl Worker {
     fn on_tick(&self) {
         self.ticking.set(false);
         let deadline = self.now() + WORK_MS;
-        let warming = self.warm.borrow().is_some();
-        if warming {
+        if let Some(mut warm) = self.warm.take() {
             let mut more = true;
             while more && self.now() < deadline {
-                more = self.warm.borrow_mut().as_mut().is_some_and(Warmup::step);
+                more = warm.step();
             }
-            if !more {
-                self.warm.take();
+            if more {
+                self.warm.replace(Some(warm));
             }
         } else {
             while self.engine.borrow_mut().work(UNITS) && self.now() < deadline {}

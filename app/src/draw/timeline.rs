@@ -184,7 +184,6 @@ pub fn timeline(canvas: &HtmlCanvasElement, vm: &ViewModel, o: &Overlay, th: &Th
             let label = if sp.unmatched_end { format!("{} (END without START)", sp.name) } else { sp.name.clone() };
             let _ = ctx.fill_text(&label, x0 + 3.0, yy + LANE / 2.0 - 1.0);
             ctx.restore();
-            style.0 = u32::MAX;
         }
     }
     ctx.set_global_alpha(1.0);

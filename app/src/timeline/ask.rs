@@ -12,12 +12,13 @@ use crate::dom::{canvas_by_id, now, record};
 use crate::draw;
 use crate::state::{Allocator, Docs, Plot, Redraw, Selection, Tab};
 
-/// Everything a timeline view depends on: the file, device, kind, window (bits) and pinned
-/// element; the memory range and baseline; the plot's columns, rows and redraw count; the
-/// theme's colours.
+/// Everything a timeline view depends on: the file, device, kind and pinned element; the
+/// window (bits); the memory range and baseline; the plot's columns, rows and redraw count;
+/// the theme's colours.
 #[derive(Clone, Copy, PartialEq)]
 struct ViewKey {
-    window: (DocId, u32, Kind, u64, u64, Option<u32>),
+    lane: (DocId, u32, Kind, Option<u32>),
+    window: (u64, u64),
     memory: (Option<(u64, u64)>, bool),
     pixels: (u32, u32, u32),
     palette: (u32, u32, u32),
@@ -86,7 +87,8 @@ pub(super) fn views() {
         let (cols, rows) = (plot_columns(), plot_rows());
         let baseline = plot.baseline.get();
         let asked = move |start: f64, end: f64| ViewKey {
-            window: (key.0, key.1, key.2, start.to_bits(), end.to_bits(), key.5),
+            lane: (key.0, key.1, key.2, key.5),
+            window: (start.to_bits(), end.to_bits()),
             memory: (key.6, baseline),
             pixels: (cols, rows, size),
             palette: (palette.summarized, palette.hit, palette.pinned),
@@ -96,11 +98,7 @@ pub(super) fn views() {
         }
         // Only the window moved: the last picture, shifted and stretched, at once
         // (`engine::preview`), while the worker draws the exact one.
-        let only_moved = |a: ViewKey| {
-            let (w, b) = (a.window, asked(t.start, t.end));
-            (w.0, w.1, w.2, w.5) == (b.window.0, b.window.1, b.window.2, b.window.5) && a == ViewKey { window: w, ..b }
-        };
-        if answered.get_value().is_some_and(only_moved) {
+        if answered.get_value().is_some_and(|a| a == ViewKey { window: a.window, ..asked(t.start, t.end) }) {
             if let Some(p) =
                 plot.view.with_untracked(|v| v.as_ref().and_then(|v| engine::preview::preview(v, t.start, t.end)))
             {
