@@ -78,7 +78,7 @@ pub(crate) fn App() -> impl IntoView {
             <Loads/>
             <Banners/>
             <Show
-                when=move || docs.active().is_some() || shown.is(Mode::Ranks)
+                when=move || docs.active().is_some() || shown.is(Mode::Ranks) || opener.loading()
                 fallback=|| view! { <div class="empty">"Drop PyTorch memory snapshots anywhere on this page, or use Open files…; a whole run (a folder, or three files or more) opens as Ranks"</div> }
             >
                 <Views/>
@@ -133,13 +133,16 @@ fn watch_pixel_ratio(redraw: Redraw) {
 /// (its canvases keep their pictures); the others are made when shown.
 #[component]
 fn Views() -> impl IntoView {
-    let (shown, docs) = (expect_context::<Shown>(), expect_context::<Docs>());
+    let (shown, docs, opener) = (expect_context::<Shown>(), expect_context::<Docs>(), expect_context::<Opener>());
     view! {
         <ModeSwitch/>
         <Show when=move || shown.is(Mode::Ranks)>
             <RanksView/>
         </Show>
-        <Show when=move || docs.active().is_some()
+        // While the first file loads, its views are laid out empty (on the page's thread, as
+        // the worker reads): the tab then only fills them, and the plot has a size to ask
+        // the first view for ahead.
+        <Show when=move || docs.active().is_some() || opener.loading()
             fallback=move || (!shown.is(Mode::Ranks)).then(|| view! { <p class="hint" id="no-tab">"No file is open: click a rank in Ranks to open it."</p> })>
             <FileViews/>
         </Show>

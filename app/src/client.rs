@@ -324,6 +324,7 @@ impl Client {
         if let Request::View(q) = &request {
             let ahead = self.0.prefetched.borrow().as_ref().is_some_and(|(p, _)| p == q);
             if let Some((_, rx)) = ahead.then(|| self.0.prefetched.take()).flatten() {
+                crate::dom::record("view-ahead", crate::dom::now());
                 return rx.await.unwrap_or_else(|_| Response::Error("the worker stopped".into()));
             }
         }

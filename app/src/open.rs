@@ -43,6 +43,11 @@ impl Opener {
         Opener { loads: RwSignal::new(Vec::new()), nav, messages, restore, selection, plot }
     }
 
+    /// Whether a file is loading (tracked).
+    pub(crate) fn loading(self) -> bool {
+        self.loads.with(|l| !l.is_empty())
+    }
+
     /// Opens a file or blob; on failure the error is shown and what was open stays open.
     pub(crate) fn open(self, blob: web_sys::Blob, name: String) {
         self.open_as(blob, name, true, None);
@@ -66,7 +71,6 @@ impl Opener {
                 }
             }),
             LoadEvent::Loaded(info) => {
-                self.loads.update(|l| l.retain(|l| l.id != id));
                 record("load", now() - started);
                 record("loaded-at", now());
                 record("parse-worker", info.parse_ms);
@@ -76,6 +80,8 @@ impl Opener {
                 self.plot.first_draw.set_value(Some((info.doc, started)));
                 let doc = info.doc;
                 self.add_tab(Tab::new(info), wanted);
+                // After the tab: the views laid out for the load stay.
+                self.loads.update(|l| l.retain(|l| l.id != id));
                 if let Some(then) = &then {
                     then(doc);
                 }
@@ -94,9 +100,9 @@ impl Opener {
 
     fn add_tab(self, mut tab: Tab, focus: bool) {
         let pin = self.restore.apply(&mut tab, self.messages);
-        // The plot is on screen (another file is open): its first view is computed while the
-        // tab is built.
-        if let Some(q) = (focus && pin.is_none())
+        // The plot is on screen (another file is open, or the views were laid out while this
+        // one loaded): its first view is computed while the tab is built.
+        if let Some(q) = (self.nav.comes_to_front(focus) && pin.is_none())
             .then(|| crate::timeline::first_query(&tab, self.plot.baseline.get_untracked()))
             .flatten()
         {
@@ -133,9 +139,11 @@ impl Opener {
         if search.contains("empty") {
             return;
         }
+        // Asked for now, before the page is built, so that the bytes are here when it is.
+        let Some(w) = web_sys::window() else { return };
+        let asked = w.fetch_with_str(EXAMPLE);
         spawn_local(async move {
-            let Some(w) = web_sys::window() else { return };
-            let Ok(resp) = wasm_bindgen_futures::JsFuture::from(w.fetch_with_str(EXAMPLE)).await else { return };
+            let Ok(resp) = wasm_bindgen_futures::JsFuture::from(asked).await else { return };
             let Ok(resp) = resp.dyn_into::<web_sys::Response>() else { return };
             if !resp.ok() {
                 return;

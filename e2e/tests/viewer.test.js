@@ -7,7 +7,7 @@ import { readFileSync, readdirSync, writeFileSync, mkdirSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
-import { serve, browser, statsOf, CORPUS, ROOT } from '../harness.js';
+import { serve, browser, statsOf, paintedPixels, CORPUS, ROOT } from '../harness.js';
 
 const SHOTS = join(ROOT, 'e2e', 'screenshots');
 const EXAMPLE = 'cs336-fullstep.pickle';
@@ -208,6 +208,30 @@ test('a file opened while the bundled example still loads keeps the focus', asyn
   await p2.waitForTimeout(300);
   assert.equal(await p2.locator('.tab.active .tab-name').textContent(), mine);
   assert.match(await p2.locator('#stats .file-line').textContent(), new RegExp(`^${mine.replace('.', '\\.')} `));
+  await p2.close();
+});
+
+test('the first file\'s views are laid out while it loads, and its first picture is asked for ahead', async () => {
+  const p2 = await ctx.newPage();
+  p2.on('pageerror', e => { throw e; });
+  await p2.goto(srv.url + '?empty');
+  await p2.waitForSelector('.empty');
+  assert.equal(await p2.locator('#timeline').count(), 0, 'no plot before a file is chosen');
+  // Whether the plot was in the page at a moment when the load's progress bar was too.
+  await p2.evaluate(() => {
+    window.plotWhileLoading = false;
+    new MutationObserver(() => {
+      if (document.querySelector('#loads .load') && document.getElementById('timeline')) window.plotWhileLoading = true;
+    }).observe(document.body, { childList: true, subtree: true, attributes: true });
+  });
+  const file = 'pt25-cs336-fullstep-annotations.pickle';
+  await p2.setInputFiles('#file-input', join(CORPUS, file));
+  await p2.waitForFunction(() => (window.memscapeTimings || []).some(x => x[0] === 'first-draw-at'), null, { timeout: 60000 });
+  assert.ok(await p2.evaluate(() => window.plotWhileLoading), 'the plot was laid out while the file loaded');
+  const marks = await p2.evaluate(() => Object.fromEntries(window.memscapeTimings));
+  assert.ok(marks['view-ahead'] <= marks['first-draw-at'], `the first picture drawn was the one asked for at the load: ${JSON.stringify(marks)}`);
+  assert.equal(await p2.locator('.tab.active .tab-name').textContent(), file);
+  assert.ok(await paintedPixels(p2) > 1000, 'and it is drawn');
   await p2.close();
 });
 

@@ -23,10 +23,16 @@ impl Nav {
     /// Adds a tab for a file just opened; shows it when `focus` or when nothing is shown.
     pub(crate) fn add(self, tab: Tab, focus: bool) {
         let doc = tab.info.doc;
+        let front = self.comes_to_front(focus);
         self.docs.push(tab);
-        if focus || self.docs.tab_untracked().is_none() {
+        if front {
             self.select(doc);
         }
+    }
+
+    /// Whether a tab added now would be shown: when `focus`, or when nothing is shown.
+    pub(crate) fn comes_to_front(self, focus: bool) -> bool {
+        focus || self.docs.tab_untracked().is_none()
     }
 
     pub(crate) fn select(self, doc: DocId) {
