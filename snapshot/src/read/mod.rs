@@ -4,6 +4,7 @@
 //! one, JSON, or an HTML page written by `_memory_viz.py` (base64 pickle in `local_files`).
 
 mod build;
+mod memo;
 mod vm;
 
 use std::io::Write as _;

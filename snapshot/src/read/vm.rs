@@ -10,6 +10,7 @@ use hashbrown::HashTable;
 use rustc_hash::{FxBuildHasher, FxHashMap};
 use std::hash::BuildHasher as _;
 
+use super::memo::Memo;
 use crate::error::{ErrorKind, ReadError};
 use crate::intern::{StrId, Strings};
 use crate::model::{Action, Entry, Frame, FrameId, PoolId, StackId, Stacks, Trace};
@@ -138,7 +139,7 @@ impl Default for Limits {
 pub(crate) struct Vm {
     stack: Vec<PVal>,
     marks: Vec<usize>,
-    memo: Vec<PVal>,
+    memo: Memo,
     memo_sparse: FxHashMap<u64, PVal>,
     pub objs: Vec<Obj>,
     free_objs: Vec<u32>,
@@ -305,7 +306,7 @@ impl Vm {
         Vm {
             stack: Vec::new(),
             marks: Vec::new(),
-            memo: Vec::new(),
+            memo: Memo::default(),
             memo_sparse: FxHashMap::default(),
             objs: Vec::new(),
             free_objs: Vec::new(),
@@ -416,10 +417,9 @@ impl Vm {
         self.release_items(id);
         let o = &mut self.objs[id as usize];
         o.kind = kind;
-        if let Some(slot) = self.memo.get_mut(o.memo as usize) {
-            if matches!(*slot, PVal::Obj(i, g) if i == id && g == o.gen) {
-                *slot = interned;
-            }
+        let (slot, gen) = (o.memo as usize, o.gen);
+        if matches!(self.memo.get(slot), Some(PVal::Obj(i, g)) if i == id && g == gen) {
+            self.memo.set(slot, interned);
         }
     }
 
@@ -471,7 +471,7 @@ impl Vm {
             let o = data[pos];
             match o {
                 op::BINGET if pos + 1 < n => {
-                    if let Some(&v) = self.memo.get(data[pos + 1] as usize) {
+                    if let Some(v) = self.memo.get(data[pos + 1] as usize) {
                         self.stack.push(v);
                         pos += 2;
                         continue;
@@ -479,7 +479,7 @@ impl Vm {
                 }
                 op::LONG_BINGET if pos + 4 < n => {
                     let idx = u32::from_le_bytes([data[pos + 1], data[pos + 2], data[pos + 3], data[pos + 4]]);
-                    if let Some(&v) = self.memo.get(idx as usize) {
+                    if let Some(v) = self.memo.get(idx as usize) {
                         self.stack.push(v);
                         pos += 5;
                         continue;
@@ -602,7 +602,7 @@ impl Vm {
             self.memo.push(v);
             self.charge(16, offset)?;
         } else if idx < len {
-            self.memo[idx as usize] = v;
+            self.memo.set(idx as usize, v);
         } else {
             self.charge(32, offset)?;
             self.memo_sparse.insert(idx, v);
@@ -612,7 +612,7 @@ impl Vm {
 
     fn memo_get(&mut self, idx: u64, offset: u64) -> Result<(), ReadError> {
         let v = match self.memo.get(idx as usize) {
-            Some(v) => *v,
+            Some(v) => v,
             None => *self
                 .memo_sparse
                 .get(&idx)
@@ -1476,11 +1476,11 @@ impl Vm {
     #[inline]
     fn fast_memo(&self, d: &[u8], pos: usize) -> Option<(PVal, usize)> {
         match *d.get(pos)? {
-            op::BINGET => Some((*self.memo.get(*d.get(pos + 1)? as usize)?, 2)),
+            op::BINGET => Some((self.memo.get(*d.get(pos + 1)? as usize)?, 2)),
             op::LONG_BINGET => {
                 let b = d.get(pos + 1..pos + 5)?;
                 let idx = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-                Some((*self.memo.get(idx as usize)?, 5))
+                Some((self.memo.get(idx as usize)?, 5))
             }
             _ => None,
         }
@@ -1508,10 +1508,9 @@ impl Vm {
         let o = &mut self.objs[id as usize];
         o.kind = Kind::List;
         o.items = items;
-        if let Some(slot) = self.memo.get_mut(o.memo as usize) {
-            if matches!(*slot, PVal::Stack(s) if s == sid) {
-                *slot = PVal::Obj(id, o.gen);
-            }
+        let (slot, gen) = (o.memo as usize, o.gen);
+        if matches!(self.memo.get(slot), Some(PVal::Stack(s)) if s == sid) {
+            self.memo.set(slot, PVal::Obj(id, gen));
         }
     }
 
