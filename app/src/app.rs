@@ -139,8 +139,8 @@ fn Views() -> impl IntoView {
         <Show when=move || shown.is(Mode::Ranks)>
             <RanksView/>
         </Show>
-        // While the first file loads, its views are laid out empty (on the page's thread, as
-        // the worker reads): the tab then only fills them, and the plot has a size to ask
+        // While the first file is read, its views are laid out empty (on the page's thread,
+        // as the worker reads): the tab then only fills them, and the plot has a size to ask
         // the first view for ahead.
         <Show when=move || docs.active().is_some() || opener.loading()
             fallback=move || (!shown.is(Mode::Ranks)).then(|| view! { <p class="hint" id="no-tab">"No file is open: click a rank in Ranks to open it."</p> })>

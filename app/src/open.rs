@@ -43,9 +43,11 @@ impl Opener {
         Opener { loads: RwSignal::new(Vec::new()), nav, messages, restore, selection, plot }
     }
 
-    /// Whether a file is loading (tracked).
+    /// Whether a file is being read (tracked): its worker said how far it got. (Not from the
+    /// moment it is chosen: until its worker has the file, this thread hands it over, and
+    /// laying the views out first would keep the worker waiting.)
     pub(crate) fn loading(self) -> bool {
-        self.loads.with(|l| !l.is_empty())
+        self.loads.with(|l| l.iter().any(|l| l.bytes > 0))
     }
 
     /// Opens a file or blob; on failure the error is shown and what was open stays open.
