@@ -36,8 +36,9 @@ fn palette() -> PaletteVm {
 }
 
 /// The first view the timeline will ask for when `tab` opens, where the plot is already on
-/// screen (another file is open) and so has its size: asked for ahead
-/// ([`Client::prefetch`](crate::client::Client::prefetch)) while the tab is being built.
+/// screen (another file is open, or the views were laid out while this one was read) and so
+/// has its size: asked for ahead ([`Client::prefetch`](crate::client::Client::prefetch))
+/// while the tab is being built.
 pub(crate) fn first_query(tab: &Tab, baseline: bool) -> Option<ViewQuery> {
     canvas_by_id("timeline")?;
     Some(ViewQuery {
