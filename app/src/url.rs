@@ -5,6 +5,7 @@ use engine::protocol::Kind;
 use leptos::prelude::*;
 use wasm_bindgen::JsValue;
 
+use crate::dom::now;
 use crate::state::{Docs, Messages, Selection, Tab};
 
 /// The view a link saved, until its file is opened.
@@ -57,8 +58,21 @@ impl Restore {
     }
 }
 
+/// The least time between two writes of the hash, ms. Chromium ignores a page's history
+/// changes past 200 in 10 s, and a wheel zoom moves the window 60 times a second.
+const WRITE_GAP_MS: f64 = 60.0;
+
 /// Keeps the hash equal to the view shown.
+///
+/// Written after the frame that shows the change, not while the change is drawn:
+/// `history.replaceState` took 0.5 to 16 ms of the page's thread per move in a pan's trace,
+/// ahead of the moved picture. Moves in quick succession are written once, the last one,
+/// at most every [`WRITE_GAP_MS`].
 pub(crate) fn follow(docs: Docs, selection: Selection) {
+    // The hash waiting to be written (a write is scheduled while this is set), and when the
+    // last one was.
+    let pending = StoredValue::new(None::<String>);
+    let last = StoredValue::new(f64::NEG_INFINITY);
     Effect::new(move |_| {
         let Some(t) = docs.tab() else { return };
         let mut pairs = vec![
@@ -77,7 +91,23 @@ pub(crate) fn follow(docs: Docs, selection: Selection) {
         if let Some(p) = selection.pinned_element() {
             pairs.push(("pin", p.to_string()));
         }
-        write_hash(&pairs);
+        let was_pending = pending.get_value().is_some();
+        pending.set_value(Some(hash_of(&pairs)));
+        if was_pending {
+            return;
+        }
+        request_animation_frame(move || {
+            let wait = (last.get_value() + WRITE_GAP_MS - now()).max(0.0);
+            set_timeout(
+                move || {
+                    if let Some(h) = pending.try_update_value(Option::take).flatten() {
+                        write_hash(&h);
+                        last.set_value(now());
+                    }
+                },
+                std::time::Duration::from_secs_f64(wait / 1000.0),
+            );
+        });
     });
 }
 
@@ -98,14 +128,17 @@ fn read_hash() -> Option<Vec<(String, String)>> {
     )
 }
 
-fn write_hash(pairs: &[(&str, String)]) {
+fn hash_of(pairs: &[(&str, String)]) -> String {
     let h: Vec<String> =
         pairs.iter().map(|(k, v)| format!("{k}={}", String::from(js_sys::encode_uri_component(v)))).collect();
-    let url = format!("#{}", h.join("&"));
+    format!("#{}", h.join("&"))
+}
+
+fn write_hash(url: &str) {
     if let Some(w) = web_sys::window() {
-        if w.location().hash().ok().as_deref() != Some(url.as_str()) {
+        if w.location().hash().ok().as_deref() != Some(url) {
             if let Ok(hist) = w.history() {
-                let _ = hist.replace_state_with_url(&JsValue::NULL, "", Some(&url));
+                let _ = hist.replace_state_with_url(&JsValue::NULL, "", Some(url));
             }
         }
     }

@@ -368,7 +368,7 @@ test('zoom, pan, minimap and jump to peak change the window and the picture', as
   assert.ok(Number(h6.end) - Number(h6.start) < n / 2, 'and zooms in on it');
 });
 
-test('a pan shows the last picture moved at once, then the exact one', async () => {
+test('a pan shows the last picture moved at once, then the exact one, and the URL follows after', async () => {
   await showExample();
   await page.locator('#whole').click();
   await settle();
@@ -394,21 +394,53 @@ test('a pan shows the last picture moved at once, then the exact one', async () 
   assert.ok(before > 100, `the zoomed picture reaches the plot's right edge (${before} pixels)`);
   // D pans by a tenth of the window. The worker's answer comes as a message (a task of its
   // own), so nothing but the preview can be drawn while the page only runs microtasks.
+  const h0 = await hash();
   const caught = await page.evaluate(async s => {
     window.memscapeTimings = [];
     const marks = () => window.memscapeTimings.map(x => x[0]);
     window.dispatchEvent(new KeyboardEvent('keydown', { key: 'd' }));
     for (let i = 0; i < 100000 && !marks().includes('preview'); i++) await Promise.resolve();
-    return { marks: marks(), strip: eval(`(${s})()`) };
+    return { marks: marks(), strip: eval(`(${s})()`), hash: location.hash };
   }, strip.toString());
   assert.ok(caught.marks.includes('preview'), `a preview is drawn before the worker answers: ${caught.marks}`);
   assert.ok(!caught.marks.includes('frame'), 'and before the exact picture');
   assert.ok(caught.strip < before * 0.05, `the steps the last picture did not show are empty in the preview (${caught.strip} of ${before} pixels)`);
+  // The URL is written after that frame, not before the preview is drawn.
+  const said = Object.fromEntries(caught.hash.slice(1).split('&').map(kv => kv.split('=').map(decodeURIComponent)));
+  assert.equal(said.start, h0.start, 'the URL is not written while the preview is drawn');
   await settle();
   const marks = await page.evaluate(() => window.memscapeTimings.map(x => x[0]));
   assert.ok(marks.includes('frame'), 'the exact picture follows');
   const after = await page.evaluate(`(${strip})()`);
   assert.ok(after > 100, `the exact picture fills them (${after} pixels)`);
+  assert.ok(Number((await hash()).start) > Number(h0.start), 'then the URL follows the pan');
+
+  // Twenty moves, one every 10 ms (as a wheel or a held key makes them): the URL is written
+  // a few times, not twenty (Chromium ignores a page's history changes past 200 in 10 s),
+  // and ends at the last window.
+  const hb = await hash();
+  const burst = await page.evaluate(async () => {
+    let writes = 0;
+    const replace = History.prototype.replaceState;
+    History.prototype.replaceState = function (...a) { writes++; return replace.apply(this, a); };
+    for (let i = 0; i < 20; i++) {
+      window.dispatchEvent(new KeyboardEvent('keydown', { key: i % 2 ? 'a' : 'd' }));
+      await new Promise(r => setTimeout(r, 10));
+    }
+    window.dispatchEvent(new KeyboardEvent('keydown', { key: 'd' }));
+    await new Promise(r => setTimeout(r, 400));
+    History.prototype.replaceState = replace;
+    return writes;
+  });
+  assert.ok(burst >= 1 && burst <= 8, `21 moves in about 0.3 s wrote the URL ${burst} times`);
+  // Ten moves right, ten left, one right: a tenth of the window right of where it began.
+  const h1 = await hash();
+  const want = Number(hb.start) + (Number(hb.end) - Number(hb.start)) * 0.1;
+  assert.ok(Math.abs(Number(h1.start) - want) < 0.05, `the URL ends at the last window: start ${h1.start}, expected ${want.toFixed(2)}`);
+  await page.locator('#whole').click();
+  await settle();
+  const whole = await hash();
+  assert.equal(Number(whole.start), 0, `and follows the next move: ${JSON.stringify(whole)}`);
 });
 
 test('the device selector switches devices', async () => {

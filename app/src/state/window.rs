@@ -2,7 +2,10 @@
 //! and the memory (y) axis: zoom and reset. Every move keeps the window inside the trace and
 //! at least four steps wide, and the memory range at least a thousand bytes tall.
 
+use leptos::prelude::*;
+
 use super::Docs;
+use crate::dom::now;
 
 /// The thinnest memory range the axis shows, bytes.
 const MIN_Y_SPAN: f64 = 1000.0;
@@ -11,11 +14,25 @@ const MIN_Y_SPAN: f64 = 1000.0;
 #[derive(Clone, Copy)]
 pub(crate) struct Window {
     docs: Docs,
+    /// When the user last moved the window along the steps (0 once taken): the start of the
+    /// time to the moved picture on screen.
+    moved: StoredValue<f64>,
 }
 
 impl Window {
     pub(crate) fn new(docs: Docs) -> Window {
-        Window { docs }
+        Window { docs, moved: StoredValue::new(0.0) }
+    }
+
+    /// When the window was last moved by the user, if not taken since.
+    pub(crate) fn take_moved(self) -> Option<f64> {
+        self.moved.try_update_value(std::mem::take).filter(|&t| t > 0.0)
+    }
+
+    /// Changes the shown tab's window, noting when.
+    fn edit(self, f: impl FnOnce(&mut super::Tab)) {
+        self.moved.set_value(now());
+        self.docs.edit(f);
     }
 
     /// The window's width in steps (0 before the first view).
@@ -25,7 +42,7 @@ impl Window {
 
     /// Zooms by `factor` (below 1 zooms in) around the step `anchor` (else the middle).
     pub(crate) fn zoom(self, factor: f64, anchor: Option<f64>) {
-        self.docs.edit(|t| {
+        self.edit(|t| {
             let n = f64::from(t.n_steps.max(1));
             let (a, b) = if t.end > t.start { (t.start, t.end) } else { (0.0, n) };
             let at = anchor.unwrap_or((a + b) / 2.0);
@@ -40,7 +57,7 @@ impl Window {
 
     /// Moves the window by `by_steps`, its width kept.
     pub(crate) fn pan(self, by_steps: f64) {
-        self.docs.edit(|t| {
+        self.edit(|t| {
             let n = f64::from(t.n_steps.max(1));
             let w = t.end - t.start;
             if w <= 0.0 {
@@ -54,7 +71,7 @@ impl Window {
 
     /// Shows steps `a` to `b` (either order).
     pub(crate) fn set(self, a: f64, b: f64) {
-        self.docs.edit(|t| {
+        self.edit(|t| {
             let n = f64::from(t.n_steps.max(1));
             let (a, b) = (a.min(b).clamp(0.0, n), a.max(b).clamp(0.0, n));
             let w = (b - a).max(4.0_f64.min(n));
@@ -66,7 +83,7 @@ impl Window {
 
     /// Starts the window at `start` with the width it has (a drag).
     pub(crate) fn slide_to(self, start: f64, width: f64) {
-        self.docs.edit(|t| {
+        self.edit(|t| {
             t.start = start;
             t.end = start + width;
         });
@@ -74,7 +91,7 @@ impl Window {
 
     /// The whole trace.
     pub(crate) fn whole(self) {
-        self.docs.edit(|t| {
+        self.edit(|t| {
             t.start = 0.0;
             t.end = f64::from(t.n_steps);
         });

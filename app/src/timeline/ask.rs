@@ -10,7 +10,7 @@ use super::{plot_columns, plot_rows};
 use crate::client::worker;
 use crate::dom::{canvas_by_id, now, record};
 use crate::draw;
-use crate::state::{Allocator, Docs, Plot, Redraw, Selection, Tab};
+use crate::state::{Allocator, Docs, Plot, Redraw, Selection, Tab, Window};
 
 /// Everything a timeline view depends on: the file, device, kind and pinned element; the
 /// window (bits); the memory range and baseline; the plot's columns, rows and redraw count;
@@ -59,8 +59,13 @@ pub(crate) fn first_query(tab: &Tab, baseline: bool) -> Option<ViewQuery> {
 
 /// The timeline's view model.
 pub(super) fn views() {
-    let (docs, plot, selection, redraw) =
-        (expect_context::<Docs>(), expect_context::<Plot>(), expect_context::<Selection>(), expect_context::<Redraw>());
+    let (docs, plot, selection, redraw, window) = (
+        expect_context::<Docs>(),
+        expect_context::<Plot>(),
+        expect_context::<Selection>(),
+        expect_context::<Redraw>(),
+        expect_context::<Window>(),
+    );
     let seq = StoredValue::new(0u32);
     // The key whose request waited one frame for the plot to exist.
     let deferred = StoredValue::new(None);
@@ -74,6 +79,8 @@ pub(super) fn views() {
     });
     Effect::new(move |_| {
         let Some(key) = view_key.get() else { return };
+        // Taken at every run: a move's time belongs to the picture it asked for.
+        let moved = window.take_moved();
         let Some(t) = docs.tab_untracked() else { return };
         let size = redraw.track();
         // A tab that was just added may have no plot yet to measure: ask once it is laid out
@@ -103,7 +110,9 @@ pub(super) fn views() {
             if let Some(p) =
                 plot.view.with_untracked(|v| v.as_ref().and_then(|v| engine::preview::preview(v, t.start, t.end)))
             {
-                plot.preview_sent.set_value(now());
+                // Timed from the move (the key, wheel or drag), not from here: what ran before
+                // this effect (other effects, the hash) kept the picture waiting too.
+                plot.preview_sent.set_value(moved.unwrap_or_else(now));
                 plot.view.set(Some(p));
             }
         }
@@ -184,19 +193,23 @@ pub(super) fn minimap() {
 /// Draws both pictures, with the selected event's step marked; times the frame.
 pub(super) fn paint() {
     let (docs, plot, allocator) = (expect_context::<Docs>(), expect_context::<Plot>(), expect_context::<Allocator>());
+    // The timeline is drawn again for a new picture or overlay, not for each move of the
+    // window: a move's picture comes from `views` (its preview), and drawing the old one
+    // first only kept that preview waiting.
+    let lane = Memo::new(move |_| docs.tab().map(|t| (t.info.doc, t.has_time())));
     Effect::new(move |_| {
-        let t = docs.tab();
+        let lane = lane.get();
         let event_step = allocator.state.with(|st| st.as_ref().and_then(|st| st.step));
         let time_axis = plot.time_axis.get();
         let th = draw::Theme::read();
         plot.view.with(|v| {
-            let (Some(v), Some(t), Some(c)) = (v, t.as_ref(), canvas_by_id("timeline")) else { return };
+            let (Some(v), Some((doc, has_time)), Some(c)) = (v, lane, canvas_by_id("timeline")) else { return };
             plot.outline.with(|outline| {
                 let o = draw::Overlay {
                     start: v.start,
                     end: v.end,
                     event_step,
-                    time_axis: time_axis && t.has_time(),
+                    time_axis: time_axis && has_time,
                     outline,
                     y_pick: plot.y_pick.get(),
                 };
@@ -212,8 +225,8 @@ pub(super) fn paint() {
                 plot.preview_sent.set_value(0.0);
                 record("preview", now() - moved);
             }
-            if let Some((doc, started)) = plot.first_draw.get_value() {
-                if doc == t.info.doc {
+            if let Some((first, started)) = plot.first_draw.get_value() {
+                if first == doc {
                     plot.first_draw.set_value(None);
                     let at = now();
                     record("first-draw", at - started);
@@ -222,10 +235,15 @@ pub(super) fn paint() {
                 }
             }
         });
+    });
+    // The minimap, with the window's box on it: follows every move.
+    Effect::new(move |_| {
+        let window = docs.tab().map(|t| (t.start, t.end));
+        let th = draw::Theme::read();
         let y = plot.view.with(|v| v.as_ref().map(|v| (v.y_lo as f64, v.y_top as f64)));
         plot.overview.with(|v| {
             let (Some(v), Some(c)) = (v, canvas_by_id("minimap")) else { return };
-            let (a, b) = t.as_ref().map_or((0.0, 0.0), |t| (t.start, t.end));
+            let (a, b) = window.unwrap_or((0.0, 0.0));
             draw::minimap(&c, v, a, b, y.unwrap_or((0.0, v.y_max as f64 * engine::HEADROOM)), &th);
         });
     });
