@@ -61,18 +61,39 @@ impl Restore {
 /// The least time between two writes of the hash, ms. Chromium ignores a page's history
 /// changes past 200 in 10 s, and a wheel zoom moves the window 60 times a second.
 const WRITE_GAP_MS: f64 = 60.0;
+/// The least time from a change to its write, ms: about a frame, so that the frame showing
+/// the change is drawn first. (A timer, not `requestAnimationFrame`, which a hidden page
+/// never runs.)
+const AFTER_FRAME_MS: f64 = 20.0;
 
 /// Keeps the hash equal to the view shown.
 ///
 /// Written after the frame that shows the change, not while the change is drawn:
 /// `history.replaceState` took 0.5 to 16 ms of the page's thread per move in a pan's trace,
 /// ahead of the moved picture. Moves in quick succession are written once, the last one,
-/// at most every [`WRITE_GAP_MS`].
+/// at most every [`WRITE_GAP_MS`]; a change not yet written is written at once when the
+/// page is hidden or left.
 pub(crate) fn follow(docs: Docs, selection: Selection) {
     // The hash waiting to be written (a write is scheduled while this is set), and when the
     // last one was.
     let pending = StoredValue::new(None::<String>);
     let last = StoredValue::new(f64::NEG_INFINITY);
+    let flush = move || {
+        if let Some(h) = pending.try_update_value(Option::take).flatten() {
+            write_hash(&h);
+            last.set_value(now());
+        }
+    };
+    let leaving = window_event_listener_untyped("pagehide", move |_| flush());
+    let hidden = window_event_listener_untyped("visibilitychange", move |_| {
+        if document().hidden() {
+            flush();
+        }
+    });
+    on_cleanup(move || {
+        leaving.remove();
+        hidden.remove();
+    });
     Effect::new(move |_| {
         let Some(t) = docs.tab() else { return };
         let mut pairs = vec![
@@ -96,18 +117,8 @@ pub(crate) fn follow(docs: Docs, selection: Selection) {
         if was_pending {
             return;
         }
-        request_animation_frame(move || {
-            let wait = (last.get_value() + WRITE_GAP_MS - now()).max(0.0);
-            set_timeout(
-                move || {
-                    if let Some(h) = pending.try_update_value(Option::take).flatten() {
-                        write_hash(&h);
-                        last.set_value(now());
-                    }
-                },
-                std::time::Duration::from_secs_f64(wait / 1000.0),
-            );
-        });
+        let wait = (last.get_value() + WRITE_GAP_MS - now()).max(AFTER_FRAME_MS);
+        set_timeout(flush, std::time::Duration::from_secs_f64(wait / 1000.0));
     });
 }
 

@@ -129,6 +129,8 @@ test('the memory axis starts at the baseline, or at zero when it is turned off, 
     const t = document.getElementById('y-range').textContent;
     return t.includes('zoomed') && !t.startsWith(before);
   }, range.split(' (')[0]);
+  // The URL is written just after the frame that shows the range.
+  await page.waitForFunction(() => location.hash.includes('y='));
   const hash = await page.evaluate(() => location.hash);
   const y = hash.match(/y=(\d+)-(\d+)/);
   assert.ok(y, hash);

@@ -74,6 +74,8 @@ test('the app\'s Save offline HTML makes a file that works from disk with no net
   const off = await openOffline(file, 'cs336-fullstep.pickle');
   await checkFigures(off.page, 'pt25-cs336-fullstep-annotations.pickle');
   // Views work: zoom changes the window.
+  // The hash of the view shown (written just after the frame that shows it), then a zoom's.
+  await off.page.waitForFunction(() => location.hash.includes('start='));
   const h = await off.page.evaluate(() => location.hash);
   await off.page.locator('#timeline').hover();
   await off.page.keyboard.press('w');

@@ -282,7 +282,7 @@ impl Pieces {
             return Ok(None);
         }
         let Ok(piece) = result.get_value().dyn_into::<js_sys::Uint8Array>() else {
-            return Ok(Some(js_sys::Uint8Array::new_with_length(0)));
+            return Err(JsValue::from_str("the browser gave a piece that is not bytes"));
         };
         if let Pieces::Own(_, buf) = self {
             // The buffer comes back (moved) under the piece; the next read fills it again.

@@ -29,10 +29,16 @@ impl Window {
         self.moved.try_update_value(std::mem::take).filter(|&t| t > 0.0)
     }
 
-    /// Changes the shown tab's window, noting when.
+    /// Changes the shown tab's window, noting when it moved.
     fn edit(self, f: impl FnOnce(&mut super::Tab)) {
-        self.moved.set_value(now());
-        self.docs.edit(f);
+        let moved = self.moved;
+        self.docs.edit(|t| {
+            let was = (t.start, t.end);
+            f(t);
+            if (t.start, t.end) != was {
+                moved.set_value(now());
+            }
+        });
     }
 
     /// The window's width in steps (0 before the first view).

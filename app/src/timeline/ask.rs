@@ -110,8 +110,8 @@ pub(super) fn views() {
             if let Some(p) =
                 plot.view.with_untracked(|v| v.as_ref().and_then(|v| engine::preview::preview(v, t.start, t.end)))
             {
-                // Timed from the move (the key, wheel or drag), not from here: what ran before
-                // this effect (other effects, the hash) kept the picture waiting too.
+                // Timed from the move (the key, wheel or drag), not from here: the effects
+                // that ran before this one kept the picture waiting too.
                 plot.preview_sent.set_value(moved.unwrap_or_else(now));
                 plot.view.set(Some(p));
             }
@@ -236,11 +236,13 @@ pub(super) fn paint() {
             }
         });
     });
-    // The minimap, with the window's box on it: follows every move.
+    // The minimap, with the window's box on it: follows every move, and the memory range of
+    // the picture (not each picture: a move's preview keeps the range).
+    let window = Memo::new(move |_| docs.tab().map(|t| (t.start, t.end)));
+    let y = Memo::new(move |_| plot.view.with(|v| v.as_ref().map(|v| (v.y_lo as f64, v.y_top as f64))));
     Effect::new(move |_| {
-        let window = docs.tab().map(|t| (t.start, t.end));
+        let (window, y) = (window.get(), y.get());
         let th = draw::Theme::read();
-        let y = plot.view.with(|v| v.as_ref().map(|v| (v.y_lo as f64, v.y_top as f64)));
         plot.overview.with(|v| {
             let (Some(v), Some(c)) = (v, canvas_by_id("minimap")) else { return };
             let (a, b) = window.unwrap_or((0.0, 0.0));
