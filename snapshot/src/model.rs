@@ -241,13 +241,24 @@ impl Action {
 pub(crate) struct Sparse32(Vec<u32>);
 
 impl Sparse32 {
-    fn set(&mut self, row: usize, value: u32) {
-        if value == 0 && self.0.is_empty() {
-            return;
+    /// Sets `row`, the next one. `rows` is how many rows the table expects: a column that
+    /// gets its first value makes room for them all at once, as the table's other columns
+    /// did, instead of doubling (each doubling a copy of the column).
+    #[inline]
+    fn set(&mut self, row: usize, value: u32, rows: usize) {
+        if self.0.len() == row && row > 0 {
+            self.0.push(value);
+        } else if value != 0 || !self.0.is_empty() {
+            self.first_or_gap(row, value, rows);
         }
-        if self.0.len() < row {
-            self.0.resize(row, 0);
+    }
+
+    #[cold]
+    fn first_or_gap(&mut self, row: usize, value: u32, rows: usize) {
+        if self.0.is_empty() {
+            self.0.reserve(rows);
         }
+        self.0.resize(row, 0);
         self.0.push(value);
     }
     fn get(&self, row: usize) -> u32 {
@@ -367,16 +378,20 @@ impl Trace {
         self.has_addr.push(e.addr.is_some());
         self.size.push(e.size);
         self.stream.push(e.stream);
+        let rows = self.action.capacity();
         if e.time_us.is_some() || !self.time_us.is_empty() {
+            if self.time_us.is_empty() {
+                self.time_us.reserve(rows);
+            }
             if self.time_us.len() < row {
                 self.time_us.resize(row, NO_TIME);
             }
             self.time_us.push(e.time_us.unwrap_or(NO_TIME));
         }
-        self.frames.set(row, e.frames.map_or(0, |s| s.0 + 1));
-        self.compile_context.set(row, e.compile_context.map_or(0, |s| s.0 + 1));
-        self.user_metadata.set(row, e.user_metadata.map_or(0, |s| s.0 + 1));
-        self.category.set(row, e.category.map_or(0, |s| s.0 + 1));
+        self.frames.set(row, e.frames.map_or(0, |s| s.0 + 1), rows);
+        self.compile_context.set(row, e.compile_context.map_or(0, |s| s.0 + 1), rows);
+        self.user_metadata.set(row, e.user_metadata.map_or(0, |s| s.0 + 1), rows);
+        self.category.set(row, e.category.map_or(0, |s| s.0 + 1), rows);
         let pool = match e.pool_id {
             None => 0,
             Some(p) => {
@@ -388,7 +403,7 @@ impl Trace {
                 k + 1
             }
         };
-        self.pool.set(row, pool);
+        self.pool.set(row, pool, rows);
         if let Some(f) = e.device_free {
             self.device_free.push((row as u32, f));
         }

@@ -34,13 +34,17 @@ impl Memo {
     pub(crate) fn push(&mut self, v: PVal) {
         match self.chunks.last_mut() {
             Some(c) if c.len() < CHUNK => c.push(v),
-            _ => {
-                let mut c = Vec::with_capacity(CHUNK);
-                c.push(v);
-                self.chunks.push(c);
-            }
+            _ => self.push_to_new_chunk(v),
         }
         self.len += 1;
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn push_to_new_chunk(&mut self, v: PVal) {
+        let mut c = Vec::with_capacity(CHUNK);
+        c.push(v);
+        self.chunks.push(c);
     }
 
     /// Stores `v` in an existing slot; an index at or past the end is ignored.

@@ -5,6 +5,7 @@
 
 mod build;
 mod memo;
+mod seen;
 mod vm;
 
 use std::io::Write as _;

@@ -11,6 +11,7 @@ use rustc_hash::{FxBuildHasher, FxHashMap};
 use std::hash::BuildHasher as _;
 
 use super::memo::Memo;
+use super::seen::SeenLists;
 use crate::error::{ErrorKind, ReadError};
 use crate::intern::{StrId, Strings};
 use crate::model::{Action, Entry, Frame, FrameId, PoolId, StackId, Stacks, Trace};
@@ -153,6 +154,8 @@ pub(crate) struct Vm {
     frame_dedup: FxHashMap<(StrId, StrId, i64), FrameId>,
     stack_dedup: HashTable<u32>,
     stack_buf: Vec<FrameId>,
+    /// Frames lists read by the fast path, by their bytes.
+    seen_lists: SeenLists,
     pub root: Option<PVal>,
     /// Offset of the STOP opcode.
     pub stop_offset: u64,
@@ -320,6 +323,7 @@ impl Vm {
             frame_dedup: FxHashMap::default(),
             stack_dedup: HashTable::new(),
             stack_buf: Vec::new(),
+            seen_lists: SeenLists::default(),
             root: None,
             stop_offset: 0,
             proto: None,
@@ -506,19 +510,10 @@ impl Vm {
                     pos += 3;
                     continue;
                 }
-                op::LONG1 if pos + 1 < n && data[pos + 1] <= 8 && pos + 2 + data[pos + 1] as usize <= n => {
-                    let len = data[pos + 1] as usize;
-                    let b = &data[pos + 2..pos + 2 + len];
-                    let v = if len == 0 {
-                        0
-                    } else {
-                        let mut buf = if b[len - 1] & 0x80 != 0 { [0xffu8; 8] } else { [0u8; 8] };
-                        buf[..len].copy_from_slice(b);
-                        i64::from_le_bytes(buf)
-                    };
-                    if len < 8 || v >= 0 {
+                op::LONG1 => {
+                    if let Some((v, used)) = fast_int(data, pos) {
                         self.stack.push(PVal::Int(v));
-                        pos += 2 + len;
+                        pos += used;
                         continue;
                     }
                 }
@@ -602,6 +597,8 @@ impl Vm {
             self.memo.push(v);
             self.charge(16, offset)?;
         } else if idx < len {
+            // A slot rewritten: a list body seen before may now refer to other frames.
+            self.seen_lists.clear();
             self.memo.set(idx as usize, v);
         } else {
             self.charge(32, offset)?;
@@ -1313,7 +1310,8 @@ impl Vm {
         let (mut have_action, mut have_size) = (false, false);
         let mut pos = 3;
         // Memo pushes in order: a new list (interned later) or a new string.
-        let mut new_list: Option<(usize, usize)> = None; // byte range of the frames
+        // A new frames list: its body's range and hash, and its stack when seen before.
+        let mut new_list: Option<(usize, usize, u64, Option<StackId>)> = None;
         let mut memo_new: u32 = 1; // the dict itself
         let mut new_strings: [(usize, usize, u8); 4] = [(0, 0, 0); 4];
         let mut n_new_strings = 0usize;
@@ -1388,21 +1386,43 @@ impl Vm {
                         {
                             return None;
                         }
+                        // The body: memo references only, up to the APPENDS. Seen before,
+                        // it is the same stack (see `seen.rs`); otherwise its frames are
+                        // gathered in `stack_buf` as they are checked, for the commit below
+                        // (nothing else uses the buffer in between).
                         let start = pos + 3;
                         let mut q = start;
-                        let mut n = 0;
-                        while *d.get(q)? != op::APPENDS {
-                            let (v, used) = self.fast_memo(d, q)?;
-                            if !matches!(v, PVal::Frame(_)) {
+                        loop {
+                            match *d.get(q)? {
+                                op::APPENDS => break,
+                                op::BINGET => q += 2,
+                                op::LONG_BINGET => q += 5,
+                                _ => return None,
+                            }
+                        }
+                        let body = d.get(start..q)?;
+                        let hash = SeenLists::hash(body);
+                        let known = self.seen_lists.get(hash, body);
+                        if known.is_none() {
+                            let mut buf = std::mem::take(&mut self.stack_buf);
+                            buf.clear();
+                            let mut r = start;
+                            while r < q {
+                                match self.fast_memo(d, r) {
+                                    Some((PVal::Frame(f), used)) => {
+                                        buf.push(f);
+                                        r += used;
+                                    }
+                                    _ => break,
+                                }
+                            }
+                            let n = buf.len();
+                            self.stack_buf = buf;
+                            if r != q || n == 0 || n >= 1000 {
                                 return None;
                             }
-                            q += used;
-                            n += 1;
                         }
-                        if n == 0 || n >= 1000 {
-                            return None;
-                        }
-                        new_list = Some((start, q));
+                        new_list = Some((start, q, hash, known));
                         memo_new += 1;
                         pos = q + 1;
                     }
@@ -1427,28 +1447,23 @@ impl Vm {
             order[n_order] = (at, 0);
             n_order += 1;
         }
-        if let Some((at, _)) = new_list {
+        if let Some((at, ..)) = new_list {
             order[n_order] = (at, 1);
             n_order += 1;
         }
         order[..n_order].sort_unstable();
         for &(at, kind) in &order[..n_order] {
-            if kind == 1 {
-                let (start, end) = new_list.unwrap_or((0, 0));
-                let mut buf = std::mem::take(&mut self.stack_buf);
-                buf.clear();
-                let mut q = start;
-                while q < end {
-                    match self.fast_memo(d, q) {
-                        Some((PVal::Frame(f), used)) => {
-                            buf.push(f);
-                            q += used;
-                        }
-                        _ => break,
+            if let (1, Some((start, end, hash, known))) = (kind, new_list) {
+                let sid = match known {
+                    Some(s) => s,
+                    None => {
+                        let buf = std::mem::take(&mut self.stack_buf);
+                        let s = self.intern_stack(&buf);
+                        self.stack_buf = buf;
+                        self.mem += self.seen_lists.insert(hash, &d[start..end], s);
+                        s
                     }
-                }
-                let sid = self.intern_stack(&buf);
-                self.stack_buf = buf;
+                };
                 e.frames = Some(sid);
                 self.memo.push(PVal::Stack(sid));
             } else {
@@ -1473,7 +1488,7 @@ impl Vm {
     }
 
     /// A BINGET or LONG_BINGET at `pos`: the memo value and the bytes used.
-    #[inline]
+    #[inline(always)]
     fn fast_memo(&self, d: &[u8], pos: usize) -> Option<(PVal, usize)> {
         match *d.get(pos)? {
             op::BINGET => Some((self.memo.get(*d.get(pos + 1)? as usize)?, 2)),
@@ -1685,15 +1700,33 @@ fn fast_int(d: &[u8], pos: usize) -> Option<(i64, usize)> {
         }
         op::LONG1 => {
             let n = *d.get(pos + 1)? as usize;
-            if n > 8 {
-                return None;
-            }
-            let b = d.get(pos + 2..pos + 2 + n)?;
-            let v = le_signed(b)?;
-            Some((i64::try_from(v).ok()?, 2 + n))
+            Some((long1_i64(d.get(pos + 2..pos + 2 + n)?)?, 2 + n))
         }
         _ => None,
     }
+}
+
+/// A LONG1 payload of at most 8 bytes (little-endian two's complement) as an i64, or `None`
+/// when it is wider or does not fit. Assembled in a register: a copy into a stack buffer
+/// read back whole stalls the load that follows the byte stores (a tenth of the reader's
+/// loop natively, and in wasm the copy is a call).
+#[inline]
+fn long1_i64(b: &[u8]) -> Option<i64> {
+    let n = b.len();
+    if n == 0 {
+        return Some(0);
+    }
+    if n > 8 {
+        return None;
+    }
+    let raw = if let Ok(w) = <[u8; 8]>::try_from(b) {
+        u64::from_le_bytes(w)
+    } else {
+        b.iter().rev().fold(0u64, |acc, &x| (acc << 8) | u64::from(x))
+    };
+    // Sign-extend from the top bit of the last byte.
+    let shift = 64 - 8 * n as u32;
+    Some(((raw << shift) as i64) >> shift)
 }
 
 fn latin1(b: &[u8]) -> Vec<u8> {
