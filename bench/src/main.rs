@@ -17,6 +17,7 @@ use serde_json::json;
 
 mod open;
 mod ranks;
+mod rewrites;
 mod scale;
 
 fn peak_rss_bytes() -> u64 {

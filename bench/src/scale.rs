@@ -37,6 +37,8 @@ const FLOOR: f64 = 200e-6;
 /// One file of the check, and everything made from it once.
 struct Input {
     bytes: Vec<u8>,
+    /// A pickle whose writer rewrites memo slots ([`crate::rewrites`]).
+    rewrites: Vec<u8>,
     snap: Snapshot,
     /// A one-layer model (an iteration every ~57 entries) whose every allocation has a call
     /// site of its own ([`own_sites`]): many iterations times many sites.
@@ -87,6 +89,7 @@ impl Input {
         let engine = RefCell::new(engine);
         Ok(Input {
             bytes,
+            rewrites: crate::rewrites::pickle(entries),
             snap,
             short,
             short_blocks,
@@ -302,6 +305,10 @@ fn checks() -> Vec<(String, Sample)> {
                 drop(black_box(fed.and_then(|()| l.finish())));
             })
         }),
+    );
+    put(
+        "read, the second half's entries each after a memo slot rewritten",
+        Box::new(|i| per_call(|| drop(black_box(snapshot::read(&i.rewrites))))),
     );
     for kind in [TimelineKind::Blocks, TimelineKind::Segments] {
         put(

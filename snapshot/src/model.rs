@@ -520,6 +520,11 @@ impl Trace {
         self.stream.shrink_to_fit();
         self.time_us.shrink_to_fit();
         self.has_addr.shrink_to_fit();
+        for c in
+            [&mut self.frames, &mut self.compile_context, &mut self.user_metadata, &mut self.category, &mut self.pool]
+        {
+            c.0.shrink_to_fit();
+        }
     }
 }
 

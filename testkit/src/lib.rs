@@ -5,6 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
+pub mod pickle;
+
 /// How many snapshot files the corpus has at least (a partial copy fails loudly).
 pub const MIN_FILES: usize = 19;
 

@@ -598,7 +598,7 @@ impl Vm {
             self.charge(16, offset)?;
         } else if idx < len {
             // A slot rewritten: a list body seen before may now refer to other frames.
-            self.seen_lists.clear();
+            self.mem = self.mem.saturating_sub(self.seen_lists.stop());
             self.memo.set(idx as usize, v);
         } else {
             self.charge(32, offset)?;
