@@ -533,8 +533,12 @@ impl Doc {
         // The baseline is a by-product of the sweep. Until it is known, the last view's sets
         // how thin an element may be and still be drawn alone; positions do not depend on
         // that threshold, so the axis moves to this window's baseline after one sweep, and
-        // only a guess more than twice too coarse (the first view) is swept again.
-        let guess = zoomed.unwrap_or_else(|| natural_axis(y_max, lane.baseline.unwrap_or(0), q.baseline));
+        // only a guess more than twice too coarse is swept again. The first view guesses
+        // from the bytes no step changes, which the baseline is rarely below (where it is,
+        // or where it is left at zero, that first guess is swept again as too fine).
+        let first = lane.baseline.is_none();
+        let guess = zoomed
+            .unwrap_or_else(|| natural_axis(y_max, lane.baseline.unwrap_or_else(|| tl.lasting_bytes()), q.baseline));
         let mut lod = lod_of(guess.0, guess.1);
         // Where nothing in the window moves, every byte is "stable": no baseline then (the
         // axis would start at the top of what is drawn, and the plot show nothing).
@@ -546,7 +550,8 @@ impl Doc {
                 // Search matches below the baseline would be hidden: the axis starts under them.
                 let lowest_hit = lod.bands.iter().filter(|b| b.hit_bytes > 0).map(|b| b.offset_bytes).min();
                 let axis = natural_axis(y_max, stable_bytes.min(lowest_hit.unwrap_or(u64::MAX)), q.baseline);
-                if (axis.1 - axis.0).saturating_mul(2) < guess.1 - guess.0 {
+                let (span, guessed) = (axis.1 - axis.0, guess.1 - guess.0);
+                if span.saturating_mul(2) < guessed || (first && guessed.saturating_mul(2) < span) {
                     lod = lod_of(axis.0, axis.1);
                 }
                 axis

@@ -57,7 +57,7 @@ pub fn raster(
     // Paints columns `cols` between heights y0 and y1 (pixel rows from the bottom): the
     // coverage of each row is worked out once, then added along the row's pixels.
     let mut paint = |cols: std::ops::RangeInclusive<usize>, y0: f64, y1: f64, rgb: u32, alpha: f32| {
-        let (y0, y1) = (y0.max(0.0), y1.min(h as f64));
+        let (y0, y1) = (max(y0, 0.0), min(y1, h as f64));
         if y1 <= y0 || alpha <= 0.0 || cols.is_empty() {
             return;
         }
@@ -65,7 +65,7 @@ pub fn raster(
         let first = y0.floor() as usize;
         let last = (y1.ceil() as usize).min(h);
         for row in first..last {
-            let cover = (y1.min(row as f64 + 1.0) - y0.max(row as f64)) as f32 * alpha;
+            let cover = (min(y1, row as f64 + 1.0) - max(y0, row as f64)) as f32 * alpha;
             let add = [r * cover, g * cover, b * cover, cover];
             let line = (h - 1 - row) * w;
             for px in &mut acc[line + cols.start()..=line + cols.end()] {
@@ -100,19 +100,36 @@ pub fn raster(
         }
     }
     // To bytes, rounded half up (the values are never negative; `round` is a library call
-    // in wasm).
-    let byte = |v: f32| (v + 0.5).min(255.0) as u8;
-    let mut rgba = Vec::with_capacity(w * h * 4);
-    for px in &acc {
+    // in wasm, and so is a float `min`: the clamp is on the integer).
+    let byte = |v: f32| ((v + 0.5) as u32).min(255) as u8;
+    let mut rgba = vec![0u8; w * h * 4];
+    for (px, out) in acc.iter().zip(rgba.chunks_exact_mut(4)) {
         let a = px[3];
-        if a <= 0.0 {
-            rgba.extend_from_slice(&[0, 0, 0, 0]);
-        } else {
+        if a > 0.0 {
             let k = 1.0 / a;
-            rgba.extend_from_slice(&[byte(px[0] * k), byte(px[1] * k), byte(px[2] * k), byte(a.min(1.0) * 255.0)]);
+            out.copy_from_slice(&[byte(px[0] * k), byte(px[1] * k), byte(px[2] * k), byte(a * 255.0)]);
         }
     }
     Raster { width: w as u32, height: rows.count, rgba }
+}
+
+/// The smaller of two numbers that are not NaN. `f64::min` is a library call in wasm (its
+/// NaN rule is not wasm's `f64.min`), in the loop over every band's pixel rows.
+fn min(a: f64, b: f64) -> f64 {
+    if b < a {
+        b
+    } else {
+        a
+    }
+}
+
+/// The larger of two numbers that are not NaN (see [`min`]).
+fn max(a: f64, b: f64) -> f64 {
+    if b > a {
+        b
+    } else {
+        a
+    }
 }
 
 #[cfg(test)]

@@ -76,6 +76,8 @@ pub struct Timeline {
     /// The first step with the highest total, found once at layout: callers ask for it per
     /// request and per step, so it must not cost a scan.
     peak_step: u32,
+    /// See [`Timeline::lasting_bytes`].
+    lasting_bytes: u64,
 }
 
 const BLOCK: usize = 64;
@@ -213,10 +215,18 @@ fn size_class(size: u64) -> usize {
 /// A stable, distinct colour for an element (seeded by its stacking order): hues spaced by
 /// the golden angle.
 pub fn colour(seed: u32) -> u32 {
+    // A float remainder and `round` are library calls in wasm, and a sweep asks for the
+    // colour of every band it opens: `h % 2.0` and the rounding are worked out exactly here
+    // (h is in 0..6, the rounded values in 0..=255).
+    hue(seed, |h| h - 2.0 * (h * 0.5).floor(), round)
+}
+
+/// [`colour`], given how to take the remainder of a division by 2 and how to round.
+fn hue(seed: u32, rem2: impl Fn(f64) -> f64, round: impl Fn(f64) -> f64) -> u32 {
     let h = (f64::from(seed) * 0.618_033_988_749_895).fract() * 6.0;
     let (s, l) = (0.55, 0.58);
     let c = (1.0 - (2.0 * l - 1.0f64).abs()) * s;
-    let x = c * (1.0 - (h % 2.0 - 1.0).abs());
+    let x = c * (1.0 - (rem2(h) - 1.0).abs());
     let (r, g, b) = match h as u32 {
         0 => (c, x, 0.0),
         1 => (x, c, 0.0),
@@ -226,8 +236,20 @@ pub fn colour(seed: u32) -> u32 {
         _ => (c, 0.0, x),
     };
     let m = l - c / 2.0;
-    let byte = |v: f64| ((v + m) * 255.0).round().clamp(0.0, 255.0) as u32;
+    let byte = |v: f64| round(((v + m) * 255.0).clamp(0.0, 255.0)) as u32;
     (byte(r) << 16) | (byte(g) << 8) | byte(b)
+}
+
+/// `x.round()` for `x` in 0..2^52, exactly, without the library call `round` is in wasm
+/// (its halves go away from zero, wasm's `nearest` to even): the fraction `x - floor(x)`
+/// is exact there.
+fn round(x: f64) -> f64 {
+    let f = x.floor();
+    if x - f >= 0.5 {
+        f + 1.0
+    } else {
+        f
+    }
 }
 
 /// Bytes, colour and search hits of a run of elements too small to draw on their own.
@@ -265,7 +287,16 @@ impl Mix {
     /// The bytes-weighted mean colour.
     fn colour(&self) -> u32 {
         let b = u128::from(self.bytes.max(1));
-        let ch = |k: usize| ((self.rgb[k] + b / 2) / b).min(255) as u32;
+        // In u64 where the sum fits (always, below 2^56 bytes): a u128 division is a library
+        // call in wasm, and every band a sweep opens asks for its colour.
+        let ch = |k: usize| {
+            let sum = self.rgb[k] + b / 2;
+            let mean = match (u64::try_from(sum), u64::try_from(b)) {
+                (Ok(s), Ok(d)) => u128::from(s / d),
+                _ => sum / b,
+            };
+            mean.min(255) as u32
+        };
         (ch(0) << 16) | (ch(1) << 8) | ch(2)
     }
 }
@@ -700,10 +731,15 @@ impl Timeline {
         // 0.9 GB file: 172 MB, the largest moment of the layout).
         let mut totals = vec![0u64; n_steps as usize + 1];
         let mut initial_total = 0u64;
+        // The lowest place in the stack where anything ever changes.
+        let mut first_change = u32::MAX;
         for e in &mut elements {
             e.end = e.end.min(n_steps);
             if e.origin != Origin::Traced {
                 initial_total += e.size;
+            }
+            if e.start > 0 || e.end < n_steps {
+                first_change = first_change.min(e.order);
             }
             totals[e.start as usize] = totals[e.start as usize].wrapping_add(e.size);
             totals[e.end as usize] = totals[e.end as usize].wrapping_sub(e.size);
@@ -721,6 +757,11 @@ impl Timeline {
                 .iter()
                 .copied()
                 .fold(0, |best, i| if totals[i as usize] > totals[best as usize] { i } else { best });
+        // Below it, every element lives through every step; they are the initial ones in
+        // reverse, then the allocations in order.
+        let by_order = initial.iter().rev().chain(&allocs);
+        let lasting_bytes = (by_order.take(first_change as usize))
+            .fold(0u64, |sum, &id| sum.saturating_add(elements[id as usize].size));
         let mut by_class: Vec<Vec<Life>> = vec![Vec::new(); 65];
         for (i, e) in elements.iter().enumerate() {
             by_class[size_class(e.size)].push(Life { start: e.start, end: e.end, id: i as u32 });
@@ -738,6 +779,7 @@ impl Timeline {
             classes,
             block_argmax,
             peak_step,
+            lasting_bytes,
         }
     }
 
@@ -796,6 +838,12 @@ impl Timeline {
     /// The first step with the highest total (O(1)).
     pub fn peak_step(&self) -> u32 {
         self.peak_step
+    }
+    /// Bytes at the bottom of the stack that no step changes: the elements below the lowest
+    /// one that starts or ends in the trace (O(1)). A view's stable bytes are never fewer,
+    /// unless a blend of thin elements straddles the line.
+    pub fn lasting_bytes(&self) -> u64 {
+        self.lasting_bytes
     }
     /// Live bytes at the end.
     pub fn final_bytes(&self) -> u64 {
@@ -1033,4 +1081,27 @@ fn argmax(v: &[u64]) -> usize {
         }
     }
     best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn colours_are_those_of_the_library_calls() {
+        let seeds = (0..1 << 18).chain((0..u32::MAX - 4096).step_by(4093)).chain(u32::MAX - 4096..=u32::MAX);
+        for seed in seeds {
+            assert_eq!(colour(seed), hue(seed, |h| h % 2.0, f64::round), "seed {seed}");
+        }
+    }
+
+    #[test]
+    fn round_sends_halves_away_from_zero_as_the_library_does() {
+        let near_half =
+            [0.5, 1.5, 2.5, 254.5, 0.5 - f64::EPSILON / 4.0, 2.5 - 2.0 * f64::EPSILON, 2.5 + 2.0 * f64::EPSILON];
+        let grid = (0..100_000).map(|k| f64::from(k) * 0.002_55);
+        for x in near_half.into_iter().chain(grid).chain([0.0, 255.0, 4.5e15]) {
+            assert_eq!(round(x), x.round(), "{x}");
+        }
+    }
 }

@@ -23,8 +23,9 @@ fn open(engine: &mut Engine, name: &str, bytes: &[u8], slice: usize) -> Result<D
     engine.finish(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed), l, &|| 0.0)
 }
 
-fn view(e: &mut Engine, doc: DocId, device: u32, kind: Kind, start: f64, end: f64, columns: u32) -> ViewModel {
-    let q = ViewQuery {
+/// A view of 300 pixel rows, the memory axis from zero.
+fn query(doc: DocId, device: u32, kind: Kind, start: f64, end: f64, columns: u32) -> ViewQuery {
+    ViewQuery {
         doc,
         device,
         kind,
@@ -37,8 +38,11 @@ fn view(e: &mut Engine, doc: DocId, device: u32, kind: Kind, start: f64, end: f6
         totals_only: false,
         pinned: None,
         palette: PaletteVm::default(),
-    };
-    match e.handle(Request::View(q)) {
+    }
+}
+
+fn view(e: &mut Engine, doc: DocId, device: u32, kind: Kind, start: f64, end: f64, columns: u32) -> ViewModel {
+    match e.handle(Request::View(query(doc, device, kind, start, end, columns))) {
         Response::View(v) => v,
         other => panic!("{other:?}"),
     }
@@ -725,4 +729,34 @@ fn the_first_view_from_the_baseline_draws_every_file() {
         );
         assert!(v.y_lo < v.peak_bytes, "{name}");
     }
+}
+
+#[test]
+fn a_files_first_view_is_the_one_every_later_request_for_its_window_gets() {
+    // The first view has no earlier one to take its baseline from: it guesses it from the
+    // bytes no step changes, and sweeps again only when that guess was too coarse.
+    let mut differ = 0;
+    for (name, bytes) in testkit::files() {
+        let mut e = Engine::new();
+        let Ok(info) = open(&mut e, &name, &bytes, 4 << 20) else { continue };
+        for d in 0..info.devices.len() as u32 {
+            let ask = |e: &mut Engine| {
+                let q = ViewQuery { baseline: true, ..query(info.doc, d, Kind::Blocks, 0.0, 0.0, 1188) };
+                match e.handle(Request::View(q)) {
+                    Response::View(v) => v,
+                    other => panic!("{other:?}"),
+                }
+            };
+            let (first, again) = (ask(&mut e), ask(&mut e));
+            let bands = |v: &ViewModel| {
+                v.bands.iter().map(|b| (b.element, b.first, b.last, b.offset, b.size)).collect::<Vec<_>>()
+            };
+            assert_eq!((first.y_lo, first.y_top), (again.y_lo, again.y_top), "{name} device {d}");
+            if bands(&first) != bands(&again) || first.pixels != again.pixels {
+                differ += 1;
+                eprintln!("{name} device {d}: {} bands, then {}", first.bands.len(), again.bands.len());
+            }
+        }
+    }
+    assert_eq!(differ, 0);
 }
