@@ -25,7 +25,14 @@ pub(crate) struct Load {
     pub(crate) bytes: u64,
     pub(crate) total: u64,
     pub(crate) started: f64,
+    /// Its progress bar is on screen: from [`ROW_MS`] after the file was chosen.
+    pub(crate) shown: bool,
 }
+
+/// How long a load goes without a progress bar. Most files open in less: a bar that came
+/// and went would move the page down and up again, each move a repaint of the whole page
+/// (a third of a small file's load on a two-core machine, with the worker's parse waiting).
+const ROW_MS: u64 = 250;
 
 /// Opens files; holds the loads under way.
 #[derive(Clone, Copy)]
@@ -97,7 +104,18 @@ impl Opener {
                 self.messages.status(format!("Cancelled loading {shown}"));
             }
         });
-        self.loads.update(|l| l.push(Load { id, name, bytes: 0, total, started }));
+        self.loads.update(|l| l.push(Load { id, name, bytes: 0, total, started, shown: false }));
+        let loads = self.loads;
+        set_timeout(
+            move || {
+                loads.try_update(|l| {
+                    if let Some(l) = l.iter_mut().find(|l| l.id == id) {
+                        l.shown = true;
+                    }
+                });
+            },
+            std::time::Duration::from_millis(ROW_MS),
+        );
     }
 
     fn add_tab(self, mut tab: Tab, focus: bool) {

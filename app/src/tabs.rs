@@ -64,15 +64,16 @@ fn TabBar() -> impl IntoView {
     }
 }
 
-/// A progress bar per file being read, with its figures and the time left. A row lives as
-/// long as its load (keyed by the load, not its progress), so *Cancel* stays put while the
-/// figures change.
+/// A progress bar per file being read, with its figures and the time left, once the load has
+/// gone on a moment. A row lives as long as its load (keyed by the load, not its progress),
+/// so *Cancel* stays put while the figures change.
 #[component]
 pub(crate) fn Loads() -> impl IntoView {
     let opener = expect_context::<Opener>();
+    let shown = move || opener.loads.get().into_iter().filter(|l| l.shown).collect::<Vec<_>>();
     view! {
         <div id="loads">
-            <For each=move || opener.loads.get() key=|l| l.id let:l>
+            <For each=shown key=|l| l.id let:l>
                 {
                     let id = l.id;
                     let now_of = move || opener.loads.with(|v| v.iter().find(|x| x.id == id).map(|x| (x.bytes, x.total, x.started)));

@@ -270,8 +270,10 @@ impl Mix {
         if hit {
             self.hit_bytes = apply(self.hit_bytes, size);
         }
+        // A u128 product is a library call in wasm: in u64 where it fits (always, in practice).
+        let small = size <= u64::MAX / 255;
         for (sum, ch) in self.rgb.iter_mut().zip(channels) {
-            let d = u128::from(size) * u128::from(ch);
+            let d = if small { u128::from(size * u64::from(ch)) } else { u128::from(size) * u128::from(ch) };
             *sum = if sign { sum.saturating_add(d) } else { sum.saturating_sub(d) };
         }
     }
