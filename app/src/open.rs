@@ -30,8 +30,8 @@ pub(crate) struct Load {
 }
 
 /// How long a load goes without a progress bar. Most files open in less: a bar that came
-/// and went would move the page down and up again, each move a repaint of the whole page
-/// (a third of a small file's load on a two-core machine, with the worker's parse waiting).
+/// and went only flickered, each change a frame to paint while the worker parsed (with the
+/// bar in the page's flow, a third of a small file's load on a two-core machine).
 const ROW_MS: u64 = 250;
 
 /// Opens files; holds the loads under way.
