@@ -108,11 +108,10 @@ impl Opener {
         let loads = self.loads;
         set_timeout(
             move || {
-                loads.try_update(|l| {
-                    if let Some(l) = l.iter_mut().find(|l| l.id == id) {
-                        l.shown = true;
-                    }
-                });
+                // A load that ended meanwhile is gone: nothing to show, nobody to wake.
+                if loads.try_with_untracked(|l| l.iter().any(|l| l.id == id)) == Some(true) {
+                    loads.update(|l| l.iter_mut().filter(|l| l.id == id).for_each(|l| l.shown = true));
+                }
             },
             std::time::Duration::from_millis(ROW_MS),
         );

@@ -534,8 +534,12 @@ impl Doc {
         // how thin an element may be and still be drawn alone; positions do not depend on
         // that threshold, so the axis moves to this window's baseline after one sweep, and
         // only a guess more than twice too coarse is swept again. The first view guesses
-        // from the bytes no step changes, which the baseline is rarely below (where it is,
-        // or where it is left at zero, that first guess is swept again as too fine).
+        // from the bytes no step changes (`Timeline::lasting_bytes`): where those are the
+        // window's baseline, as in a training loop whose weights were there before the
+        // trace, it sweeps once and draws what every later request for the window gets.
+        // A guess more than twice too fine (the baseline far below them, or left at zero
+        // where nothing moves) is swept again too; within twice, the first view keeps its
+        // guess's threshold, as any view does.
         let first = lane.baseline.is_none();
         let guess = zoomed
             .unwrap_or_else(|| natural_axis(y_max, lane.baseline.unwrap_or_else(|| tl.lasting_bytes()), q.baseline));

@@ -842,8 +842,9 @@ impl Timeline {
         self.peak_step
     }
     /// Bytes at the bottom of the stack that no step changes: the elements below the lowest
-    /// one that starts or ends in the trace (O(1)). A view's stable bytes are never fewer,
-    /// unless a blend of thin elements straddles the line.
+    /// one that starts or ends in the trace (O(1)). A window inside the trace, drawn with
+    /// every element on its own, has at least these stable bytes (a blend of thin elements
+    /// straddling the line can start lower; a window that runs past the trace has none).
     pub fn lasting_bytes(&self) -> u64 {
         self.lasting_bytes
     }

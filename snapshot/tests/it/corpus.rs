@@ -117,6 +117,31 @@ fn allocator_state_after_any_event_equals_pytorch_state_history() {
 }
 
 #[test]
+fn the_bytes_no_step_changes_lie_under_every_windows_baseline() {
+    // What a file's first view guesses its baseline from: never above a window's stable
+    // bytes (every element drawn on its own, so no blend straddles the line), nor above the
+    // lowest total.
+    let mut above_zero = 0;
+    for (name, bytes) in testkit::files() {
+        let snap = read(&bytes).unwrap().snapshot;
+        for d in snap.devices() {
+            for kind in [TimelineKind::Blocks, TimelineKind::Segments] {
+                let t = Timeline::build(&snap, d, kind);
+                let n = f64::from(t.n_steps());
+                let lasting = t.lasting_bytes();
+                assert!(t.totals().iter().all(|&x| x >= lasting), "{name} device {d} {kind:?}");
+                for (a, b) in [(0.0, n), (0.0, n / 2.0), (n / 3.0, n), (n * 0.4, n * 0.45)] {
+                    let lod = t.lod(&LodQuery { start: a, end: b, columns: 700, min_bytes: 1 });
+                    assert!(lod.stable_bytes >= lasting, "{name} device {d} {kind:?} {a}..{b}");
+                }
+                above_zero += usize::from(lasting > 0);
+            }
+        }
+    }
+    assert!(above_zero > 10, "{above_zero} timelines with lasting bytes");
+}
+
+#[test]
 fn level_of_detail_bands_stack_every_live_element_in_order() {
     use snapshot::timeline::colour;
     for (name, bytes) in testkit::files() {
