@@ -49,6 +49,7 @@ for (const size of sizes) {
   const first = (await timings('first-draw'))[0];
   const parse = (await timings('parse-worker'))[0];
   const layout = (await timings('layout-worker'))[0];
+  const waited = (await timings('read-worker'))[0];
   const wasmMem = (await timings('wasm-memory-worker'))[0];
   const longest = Math.max(0, ...(await page.evaluate(() => window.longTasks)));
   const jsHeap = await page.evaluate(() => performance.memory ? performance.memory.usedJSHeapSize : NaN);
@@ -104,6 +105,7 @@ for (const size of sizes) {
   console.log(`\n== ${size}: ${(bytes / MB).toFixed(1)} MB, ${allocs} allocations, ${total} events`);
   console.log(`first complete timeline     ${fmt(first)} ms   (target <= 700 at 100 MB, <= 5000 at 1 GB)`);
   console.log(`parse in the worker         ${fmt(parse)} ms = ${fmt(bytes / MB / (parse / 1000))} MB/s (target >= 250 at 1 GB)   | native memscape stats (read + all analyses, one process): ${fmt(nativeMs)} ms = ${fmt(bytes / MB / (nativeMs / 1000))} MB/s`);
+  console.log(`  of which waiting on bytes ${fmt(waited)} ms: the browser reading the file, the rest is the reader`);
   console.log(`layout in the worker        ${fmt(layout)} ms`);
   console.log(`longest main-thread task    ${fmt(longest)} ms during the load (target <= 100)`);
   console.log(`memory                      worker wasm ${fmt(wasmMem / MB)} MB + page JS heap ${fmt(jsHeap / MB)} MB = ${fmt((wasmMem + jsHeap) / bytes)}x the file (target <= 1.5x)`);

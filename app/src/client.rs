@@ -10,7 +10,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::{Rc, Weak};
 
-use engine::protocol::{DocId, Finished, FromWorker, LoadEvent, Request, Response, ToWorker, ViewQuery};
+use engine::protocol::{DocId, Finished, FirstView, FromWorker, LoadEvent, Request, Response, ToWorker, ViewQuery};
 use futures_channel::oneshot;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
@@ -60,6 +60,9 @@ struct Pool {
     /// A view asked for ahead of the page (the first view of a file just loaded, while its
     /// tab is being built): the query, and where its answer arrives.
     prefetched: RefCell<Option<(ViewQuery, oneshot::Receiver<Response>)>>,
+    /// A first view asked for while its file is read ([`Client::ahead`]): the load, the
+    /// view, and where its answer arrives. Prefetched once the file is loaded.
+    ahead: RefCell<Option<(u32, FirstView, oneshot::Receiver<Response>)>>,
 }
 
 /// How long after a load ends the next spare worker starts (ms): the new file's first
@@ -149,6 +152,7 @@ fn start() -> Result<Client, JsValue> {
         ranks: RefCell::new(RankPool::default()),
         spare: RefCell::new(None),
         prefetched: RefCell::new(None),
+        ahead: RefCell::new(None),
     })))
 }
 
@@ -344,9 +348,29 @@ impl Client {
     /// tab is built): the page's own request for the same query gets this answer, without
     /// asking again. A newer prefetch replaces an unused one.
     pub fn prefetch(&self, q: ViewQuery) {
+        if self.0.prefetched.borrow().as_ref().is_some_and(|(p, _)| *p == q) {
+            // Asked for ahead, while the file was read ([`Client::ahead`]).
+            crate::dom::record("ahead-used", crate::dom::now());
+            return;
+        }
         let Some(conn) = self.0.docs.borrow().get(&q.doc).cloned() else { return };
         let rx = self.sent(&conn, Request::View(q.clone()));
         self.0.prefetched.replace(Some((q, rx)));
+    }
+
+    /// Asks the worker reading load `load` for the file's first view as soon as the file is
+    /// read, so that it draws it while the page is busy (building the tab, or the page
+    /// itself) instead of waiting for the page to ask; once the file is loaded, the answer
+    /// is the prefetched view for the query the page will make ([`FirstView::query`]). A
+    /// newer one replaces one not yet loaded.
+    pub fn ahead(&self, load: u32, first: FirstView) {
+        let Some(conn) = self.0.loading.borrow().get(&load).cloned() else { return };
+        let id = self.0.id();
+        let (tx, rx) = oneshot::channel();
+        conn.pending.borrow_mut().insert(id, tx);
+        conn.send(&ToWorker::Ahead { id, first: first.clone() });
+        crate::dom::record("ahead-asked-at", crate::dom::now());
+        self.0.ahead.replace(Some((load, first, rx)));
     }
 
     /// Starts a spare worker, unless one is there or a file is loading (each load's end
@@ -384,6 +408,14 @@ impl Client {
         let handler: LoadHandler = Rc::new(move |id, event: LoadEvent| {
             if !matches!(event, LoadEvent::Progress { .. }) {
                 if let Some(pool) = pool.upgrade() {
+                    let mine = pool.ahead.borrow().as_ref().is_some_and(|a| a.0 == id);
+                    if let (Some((_, first, rx)), LoadEvent::Loaded(info)) =
+                        (mine.then(|| pool.ahead.take()).flatten(), &event)
+                    {
+                        if let Some(q) = first.query(info.doc, info.default_device) {
+                            pool.prefetched.replace(Some((q, rx)));
+                        }
+                    }
                     pool.load_ended(id, &event);
                     Client(pool).keep_spare_later();
                 }

@@ -73,12 +73,20 @@ impl Opener {
         let total = blob.size() as u64;
         let started = now();
         let shown = name.clone();
+        let ahead = self.ahead(name.clone(), wanted);
+        let on_progress = ahead.clone();
         let id = worker().open(&blob, &name, move |id, ev| match ev {
-            LoadEvent::Progress { bytes, .. } => self.loads.update(|l| {
-                if let Some(l) = l.iter_mut().find(|l| l.id == id) {
-                    l.bytes = bytes;
-                }
-            }),
+            LoadEvent::Progress { bytes, .. } => {
+                self.loads.update(|l| {
+                    if let Some(l) = l.iter_mut().find(|l| l.id == id) {
+                        l.bytes = bytes;
+                    }
+                });
+                // The first file's plot is laid out as it loads, by the effects this update
+                // woke: it has its size after them.
+                let ahead = on_progress.clone();
+                spawn_local(async move { ahead(id) });
+            }
             LoadEvent::Loaded(info) => {
                 record("load", now() - started);
                 record("loaded-at", now());
@@ -104,6 +112,7 @@ impl Opener {
                 self.messages.status(format!("Cancelled loading {shown}"));
             }
         });
+        ahead(id);
         self.loads.update(|l| l.push(Load { id, name, bytes: 0, total, started, shown: false }));
         let loads = self.loads;
         set_timeout(
@@ -115,6 +124,22 @@ impl Opener {
             },
             std::time::Duration::from_millis(ROW_MS),
         );
+    }
+
+    /// Asks load `id`'s worker for the file's first view as soon as the file is read, once,
+    /// where the plot is on screen and the tab will open on that view (it comes to the front,
+    /// and no link's view waits for the file): the worker draws it while the page is busy.
+    fn ahead(self, name: String, wanted: bool) -> Rc<dyn Fn(u32)> {
+        let asked = std::cell::Cell::new(false);
+        Rc::new(move |id| {
+            if asked.get() || !self.nav.comes_to_front(wanted) || self.restore.names(&name) {
+                return;
+            }
+            if let Some(first) = crate::timeline::first_view(self.plot.baseline.get_untracked()) {
+                asked.set(true);
+                worker().ahead(id, first);
+            }
+        })
     }
 
     fn add_tab(self, mut tab: Tab, focus: bool) {

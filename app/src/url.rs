@@ -25,6 +25,12 @@ impl Restore {
         Restore(RwSignal::new(hash))
     }
 
+    /// Whether a link's view waits for a file of this name (its tab will not open on the
+    /// first view).
+    pub(crate) fn names(self, file: &str) -> bool {
+        self.0.with_untracked(|h| h.as_ref().is_some_and(|h| h.iter().any(|(k, v)| k == "file" && v == file)))
+    }
+
     /// Applies the saved view to a tab of the file it names (once); returns the element to
     /// pin.
     pub(crate) fn apply(self, tab: &mut Tab, messages: Messages) -> Option<u32> {

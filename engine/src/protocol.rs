@@ -153,6 +153,46 @@ pub enum ToWorker {
     /// A spare worker, idle: open a small generated snapshot and forget it, so that the
     /// next file meets optimised code ([`crate::warm`]). Dropped when a file comes.
     Warm,
+    /// The first view the page will ask of the file this worker is reading: drawn as soon
+    /// as the file is read (or at once, if it is), answered as request `id`. The page's
+    /// thread may be busy when the file is read (building the page, or the views it lays
+    /// out while the file loads); the worker need not wait for it to ask.
+    Ahead {
+        id: u32,
+        first: FirstView,
+    },
+}
+
+/// A file's first view, as far as the page knows it before the file is read: its plot and
+/// colours. The rest is the file's: its default device, the whole trace, in blocks.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FirstView {
+    pub columns: u32,
+    pub rows: u32,
+    pub baseline: bool,
+    pub palette: PaletteVm,
+}
+
+impl FirstView {
+    /// The query of the view, once the file is known: what the page asks for a tab just
+    /// opened (`Tab::new` in the app: its default device, the whole trace, blocks, no zoom).
+    /// None for a file with no device to draw (the page asks for no view of it).
+    pub fn query(&self, doc: DocId, default_device: Option<u32>) -> Option<ViewQuery> {
+        Some(ViewQuery {
+            doc,
+            device: default_device?,
+            kind: Kind::Blocks,
+            start: 0.0,
+            end: 0.0,
+            columns: self.columns,
+            rows: self.rows,
+            y: None,
+            baseline: self.baseline,
+            totals_only: false,
+            pinned: None,
+            palette: self.palette,
+        })
+    }
 }
 
 /// A file that finished loading.

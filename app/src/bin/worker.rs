@@ -17,7 +17,7 @@
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
-use engine::protocol::{FromWorker, LoadEvent, Response, ToWorker};
+use engine::protocol::{DocId, FirstView, FromWorker, LoadEvent, Request, Response, ToWorker};
 use engine::ranks::RankLoad;
 use engine::warm::Warmup;
 use engine::{Engine, Loading};
@@ -46,6 +46,10 @@ struct Worker {
     run_files: RefCell<Option<js_sys::Array>>,
     /// A spare worker's warm-up, in the background slices until a file comes.
     warm: RefCell<Option<Warmup>>,
+    /// The first view the page asked for ahead ([`ToWorker::Ahead`]) while the file was read.
+    ahead: RefCell<Option<(u32, FirstView)>>,
+    /// The file this worker read, and its default device: what an `Ahead` is drawn for.
+    loaded: Cell<Option<(DocId, Option<u32>)>>,
 }
 
 impl Worker {
@@ -77,18 +81,20 @@ impl Worker {
     async fn load(self: Rc<Self>, id: u32, blob: web_sys::Blob, name: String) {
         let total = blob.size() as u64;
         let mut loading = Loading::new(&name, total, self.now());
-        // The file as a stream: each piece is read as soon as the browser has it, while the
+        // The file as a stream: each piece is parsed as soon as the browser has it, while the
         // browser reads the next (reading whole slices first and then parsing them left the
-        // parser waiting on every read: a third of a small file's load).
+        // parser waiting on every read: a third of a small file's load; asking for the next
+        // piece only after parsing one left it waiting on each piece's read).
         let mut pieces = Pieces::new(&blob);
         let mut piece = Vec::new();
         let mut at = 0u64;
         let mut last_progress = 0.0;
         let mut read_ms = 0.0;
+        let mut asked = pieces.ask();
         loop {
-            let asked = self.now();
-            let read = pieces.next().await;
-            read_ms += self.now() - asked;
+            let waited = self.now();
+            let read = pieces.take(asked).await;
+            read_ms += self.now() - waited;
             let chunk = match read {
                 Ok(Some(c)) => c,
                 Ok(None) => break,
@@ -103,6 +109,8 @@ impl Worker {
             };
             piece.resize(chunk.length() as usize, 0);
             chunk.copy_to(&mut piece);
+            // Copied out: the browser may read the next piece into the same buffer now.
+            asked = pieces.ask();
             if let Err(e) = loading.feed(&piece) {
                 pieces.cancel();
                 self.send(&FromWorker::Load { id, event: LoadEvent::Failed(e) });
@@ -118,6 +126,7 @@ impl Worker {
         self.send(&FromWorker::Load { id, event: LoadEvent::Progress { bytes: at, total } });
         let this = self.clone();
         let result = self.engine.borrow_mut().finish(id, loading, &|| this.now());
+        let loaded = result.as_ref().ok().map(|info| (info.doc, info.default_device));
         let event = match result {
             Ok(mut info) => {
                 info.heap_bytes = wasm_memory_bytes();
@@ -127,6 +136,26 @@ impl Worker {
             Err(e) => LoadEvent::Failed(e),
         };
         self.send(&FromWorker::Load { id, event });
+        // Right after the reply: the page builds the tab while this draws its first view.
+        self.loaded.set(loaded);
+        if let (Some((doc, device)), Some((asked, first))) = (loaded, self.ahead.take()) {
+            self.answer_ahead(asked, &first, doc, device);
+        }
+    }
+
+    /// Answers an [`ToWorker::Ahead`] for the file this worker read.
+    fn answer_ahead(&self, id: u32, first: &FirstView, doc: DocId, device: Option<u32>) {
+        match first.query(doc, device) {
+            Some(q) => self.answer(id, Request::View(q)),
+            None => self.send(&FromWorker::Reply { id, response: Response::Error("no device to draw".into()) }),
+        }
+    }
+
+    /// Answers request `id`, then goes on with the background work.
+    fn answer(&self, id: u32, request: Request) {
+        let response = self.engine.borrow_mut().handle(request);
+        self.send(&FromWorker::Reply { id, response });
+        self.pump();
     }
 
     /// Profiles one rank's file for the page's pool (`[id, Blob, name, "rank"]`): read in
@@ -229,11 +258,13 @@ impl Worker {
         }
         let bytes = js_sys::Uint8Array::new(&data).to_vec();
         match postcard::from_bytes::<ToWorker>(&bytes) {
-            Ok(ToWorker::Request { id, request }) => {
-                let response = self.engine.borrow_mut().handle(request);
-                self.send(&FromWorker::Reply { id, response });
-                self.pump();
-            }
+            Ok(ToWorker::Request { id, request }) => self.answer(id, request),
+            Ok(ToWorker::Ahead { id, first }) => match self.loaded.get() {
+                Some((doc, device)) => self.answer_ahead(id, &first, doc, device),
+                None => {
+                    self.ahead.replace(Some((id, first)));
+                }
+            },
             Ok(ToWorker::Warm) => {
                 if self.engine.borrow().is_empty() {
                     self.warm.replace(Some(Warmup::new()));
@@ -266,16 +297,23 @@ impl Pieces {
         }
     }
 
-    /// The next piece, `None` at the end. A piece is valid until the next call.
-    async fn next(&mut self) -> Result<Option<js_sys::Uint8Array>, JsValue> {
-        let read = match self {
+    /// Asks the browser for the next piece (`None` once the stream has ended). Ask again only
+    /// after [`Pieces::take`] has given the last piece and it has been copied out: a byte
+    /// stream's reader reads into the one buffer the last piece lies in.
+    fn ask(&mut self) -> Option<js_sys::Promise> {
+        match self {
             Pieces::Own(r, buf) => {
-                let Some(b) = buf.take() else { return Ok(None) };
+                let b = buf.take()?;
                 let view = js_sys::Uint8Array::new_with_byte_offset_and_length(&b, 0, b.byte_length());
-                r.read_with_array_buffer_view(&view)
+                Some(r.read_with_array_buffer_view(&view))
             }
-            Pieces::Given(r) => r.read(),
-        };
+            Pieces::Given(r) => Some(r.read()),
+        }
+    }
+
+    /// The piece a read asked for, `None` at the end.
+    async fn take(&mut self, asked: Option<js_sys::Promise>) -> Result<Option<js_sys::Uint8Array>, JsValue> {
+        let Some(read) = asked else { return Ok(None) };
         let result: web_sys::ReadableStreamReadResult =
             wasm_bindgen_futures::JsFuture::from(read).await?.unchecked_into();
         if result.get_done() == Some(true) {
@@ -334,6 +372,8 @@ fn main() {
         ticking: Cell::new(false),
         run_files: RefCell::new(None),
         warm: RefCell::new(None),
+        ahead: RefCell::new(None),
+        loaded: Cell::new(None),
     });
     let w = worker.clone();
     let ontick = Closure::<dyn Fn(MessageEvent)>::new(move |_: MessageEvent| w.on_tick());

@@ -2,7 +2,7 @@
 //! device, memory kind, pin, size or theme changes (the newest answer wins), and painting
 //! them.
 
-use engine::protocol::{DocId, Kind, PaletteVm, Request, Response, ViewQuery};
+use engine::protocol::{DocId, FirstView, Kind, PaletteVm, Request, Response, ViewQuery};
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 
@@ -33,6 +33,15 @@ fn palette() -> PaletteVm {
         hit: draw::rgb_of(&th.accent).unwrap_or(dflt.hit),
         pinned: draw::rgb_of(&th.fg).unwrap_or(dflt.pinned),
     }
+}
+
+/// The first view of a file not read yet, as far as the page knows it (its plot and
+/// colours), where the plot is on screen: asked for while the file is read
+/// ([`Client::ahead`](crate::client::Client::ahead)). Once the file is read, its query is
+/// [`first_query`]'s for the new tab.
+pub(crate) fn first_view(baseline: bool) -> Option<FirstView> {
+    canvas_by_id("timeline")?;
+    Some(FirstView { columns: plot_columns(), rows: plot_rows(), baseline, palette: palette() })
 }
 
 /// The first view the timeline will ask for when `tab` opens, where the plot is already on

@@ -3,7 +3,7 @@
 //! (`ask`), and `paint` draws them.
 
 mod ask;
-pub(crate) use ask::first_query;
+pub(crate) use ask::{first_query, first_view};
 mod minimap;
 mod plot;
 mod toolbar;
