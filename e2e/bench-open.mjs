@@ -61,6 +61,7 @@ for (let r = 0; r < rounds; r++) {
     const page = await ctx.newPage();
     await page.goto(srv.url);
     await until(page, 'first-draw-at');
+    if (await page.locator('#error').count()) throw new Error(`the cold page: ${await page.locator('#error').textContent()}`);
     cold.push((await marks(page, 'first-draw-at'))[0]);
     coldParts.load.push((await marks(page, 'load'))[0]);
     await ctx.close();

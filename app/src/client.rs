@@ -57,12 +57,12 @@ struct Pool {
     ranks: RefCell<RankPool>,
     /// A started worker that holds no file yet: the next file's.
     spare: RefCell<Option<Rc<Conn>>>,
-    /// A view asked for ahead of the page (the first view of a file just loaded, while its
-    /// tab is being built): the query, and where its answer arrives.
-    prefetched: RefCell<Option<(ViewQuery, oneshot::Receiver<Response>)>>,
-    /// A first view asked for while its file is read ([`Client::ahead`]): the load, the
+    /// Views asked for ahead of the page (the first view of a file just loaded, while its
+    /// tab is being built), one per file at most: the query, and where its answer arrives.
+    prefetched: RefCell<HashMap<DocId, (ViewQuery, oneshot::Receiver<Response>)>>,
+    /// First views asked for while their files are read ([`Client::ahead`]), by load: the
     /// view, and where its answer arrives. Prefetched once the file is loaded.
-    ahead: RefCell<Option<(u32, FirstView, oneshot::Receiver<Response>)>>,
+    ahead: RefCell<HashMap<u32, (FirstView, oneshot::Receiver<Response>)>>,
 }
 
 /// How long after a load ends the next spare worker starts (ms): the new file's first
@@ -151,8 +151,8 @@ fn start() -> Result<Client, JsValue> {
         analysed: Rc::new(RefCell::new(Vec::new())),
         ranks: RefCell::new(RankPool::default()),
         spare: RefCell::new(None),
-        prefetched: RefCell::new(None),
-        ahead: RefCell::new(None),
+        prefetched: RefCell::new(HashMap::new()),
+        ahead: RefCell::new(HashMap::new()),
     })))
 }
 
@@ -293,6 +293,16 @@ impl Pool {
         id
     }
 
+    /// At the end of a load, its first view asked for ahead becomes the prefetched view (the
+    /// page asks for it as it builds the tab: [`Client::prefetch`] then waits for this
+    /// answer instead of asking again); a load that failed drops it.
+    fn ahead_ended(&self, id: u32, event: &LoadEvent) {
+        let ahead = self.ahead.borrow_mut().remove(&id);
+        if let (Some((first, rx)), LoadEvent::Loaded(info)) = (ahead, event) {
+            self.prefetched.borrow_mut().insert(info.doc, (first.query(info.doc, info.first_device()), rx));
+        }
+    }
+
     /// Bookkeeping at the end of a load: a loaded file keeps its worker; otherwise it goes.
     fn load_ended(&self, id: u32, event: &LoadEvent) {
         let Some(conn) = self.loading.borrow_mut().remove(&id) else { return };
@@ -319,6 +329,7 @@ impl Client {
         };
         if let Request::Close { .. } = request {
             self.0.docs.borrow_mut().remove(&doc);
+            self.0.prefetched.borrow_mut().remove(&doc);
             conn.worker.terminate();
             return Response::Done;
         }
@@ -326,8 +337,8 @@ impl Client {
             return Response::Error(why);
         }
         if let Request::View(q) = &request {
-            let ahead = self.0.prefetched.borrow().as_ref().is_some_and(|(p, _)| p == q);
-            if let Some((_, rx)) = ahead.then(|| self.0.prefetched.take()).flatten() {
+            let ahead = self.0.prefetched.borrow().get(&doc).is_some_and(|(p, _)| p == q);
+            if let Some((_, rx)) = ahead.then(|| self.0.prefetched.borrow_mut().remove(&doc)).flatten() {
                 crate::dom::record("view-ahead", crate::dom::now());
                 return rx.await.unwrap_or_else(|_| Response::Error("the worker stopped".into()));
             }
@@ -346,23 +357,22 @@ impl Client {
 
     /// Asks for a view before the page does (the first view of a file just loaded, while its
     /// tab is built): the page's own request for the same query gets this answer, without
-    /// asking again. A newer prefetch replaces an unused one.
+    /// asking again. A newer prefetch of the file replaces an unused one.
     pub fn prefetch(&self, q: ViewQuery) {
-        if self.0.prefetched.borrow().as_ref().is_some_and(|(p, _)| *p == q) {
+        if self.0.prefetched.borrow().get(&q.doc).is_some_and(|(p, _)| *p == q) {
             // Asked for ahead, while the file was read ([`Client::ahead`]).
             crate::dom::record("ahead-used", crate::dom::now());
             return;
         }
         let Some(conn) = self.0.docs.borrow().get(&q.doc).cloned() else { return };
         let rx = self.sent(&conn, Request::View(q.clone()));
-        self.0.prefetched.replace(Some((q, rx)));
+        self.0.prefetched.borrow_mut().insert(q.doc, (q, rx));
     }
 
     /// Asks the worker reading load `load` for the file's first view as soon as the file is
     /// read, so that it draws it while the page is busy (building the tab, or the page
     /// itself) instead of waiting for the page to ask; once the file is loaded, the answer
-    /// is the prefetched view for the query the page will make ([`FirstView::query`]). A
-    /// newer one replaces one not yet loaded.
+    /// is the prefetched view for the query the page will make ([`FirstView::query`]).
     pub fn ahead(&self, load: u32, first: FirstView) {
         let Some(conn) = self.0.loading.borrow().get(&load).cloned() else { return };
         let id = self.0.id();
@@ -370,7 +380,13 @@ impl Client {
         conn.pending.borrow_mut().insert(id, tx);
         conn.send(&ToWorker::Ahead { id, first: first.clone() });
         crate::dom::record("ahead-asked-at", crate::dom::now());
-        self.0.ahead.replace(Some((load, first, rx)));
+        self.0.ahead.borrow_mut().insert(load, (first, rx));
+    }
+
+    /// Drops the prefetched view of `doc`, whose tab opened behind another: nobody will ask
+    /// for it soon, and its pixels need not be held.
+    pub fn forget_prefetched(&self, doc: DocId) {
+        self.0.prefetched.borrow_mut().remove(&doc);
     }
 
     /// Starts a spare worker, unless one is there or a file is loading (each load's end
@@ -408,14 +424,7 @@ impl Client {
         let handler: LoadHandler = Rc::new(move |id, event: LoadEvent| {
             if !matches!(event, LoadEvent::Progress { .. }) {
                 if let Some(pool) = pool.upgrade() {
-                    let mine = pool.ahead.borrow().as_ref().is_some_and(|a| a.0 == id);
-                    if let (Some((_, first, rx)), LoadEvent::Loaded(info)) =
-                        (mine.then(|| pool.ahead.take()).flatten(), &event)
-                    {
-                        if let Some(q) = first.query(info.doc, info.default_device) {
-                            pool.prefetched.replace(Some((q, rx)));
-                        }
-                    }
+                    pool.ahead_ended(id, &event);
                     pool.load_ended(id, &event);
                     Client(pool).keep_spare_later();
                 }

@@ -2,6 +2,7 @@
 //! tab (with the view a link saved, if it names the file). At start the page opens the
 //! snapshot an offline page carries, else the bundled example.
 
+use std::cell::Cell;
 use std::rc::Rc;
 
 use engine::protocol::{DocId, LoadEvent, Request, Response};
@@ -127,10 +128,10 @@ impl Opener {
     }
 
     /// Asks load `id`'s worker for the file's first view as soon as the file is read, once,
-    /// where the plot is on screen and the tab will open on that view (it comes to the front,
+    /// where the plot is shown and the tab will open on that view (it comes to the front,
     /// and no link's view waits for the file): the worker draws it while the page is busy.
     fn ahead(self, name: String, wanted: bool) -> Rc<dyn Fn(u32)> {
-        let asked = std::cell::Cell::new(false);
+        let asked = Cell::new(false);
         Rc::new(move |id| {
             if asked.get() || !self.nav.comes_to_front(wanted) || self.restore.names(&name) {
                 return;
@@ -146,11 +147,13 @@ impl Opener {
         let pin = self.restore.apply(&mut tab, self.messages);
         // The plot is on screen (another file is open, or the views were laid out while this
         // one loaded): its first view is computed while the tab is built.
-        if let Some(q) = (self.nav.comes_to_front(focus) && pin.is_none())
+        match (self.nav.comes_to_front(focus) && pin.is_none())
             .then(|| crate::timeline::first_query(&tab, self.plot.baseline.get_untracked()))
             .flatten()
         {
-            worker().prefetch(q);
+            Some(q) => worker().prefetch(q),
+            // Not drawn now: a first view drawn ahead is not kept for it.
+            None => worker().forget_prefetched(tab.info.doc),
         }
         let (doc, device, kind) = (tab.info.doc, tab.device, tab.kind);
         self.nav.add(tab, focus);

@@ -175,12 +175,12 @@ pub struct FirstView {
 
 impl FirstView {
     /// The query of the view, once the file is known: what the page asks for a tab just
-    /// opened (`Tab::new` in the app: its default device, the whole trace, blocks, no zoom).
-    /// None for a file with no device to draw (the page asks for no view of it).
-    pub fn query(&self, doc: DocId, default_device: Option<u32>) -> Option<ViewQuery> {
-        Some(ViewQuery {
+    /// opened (`Tab::new` in the app: the file's first device, [`DocInfo::first_device`],
+    /// the whole trace, blocks, no zoom, no pin).
+    pub fn query(&self, doc: DocId, device: u32) -> ViewQuery {
+        ViewQuery {
             doc,
-            device: default_device?,
+            device,
             kind: Kind::Blocks,
             start: 0.0,
             end: 0.0,
@@ -191,7 +191,7 @@ impl FirstView {
             totals_only: false,
             pinned: None,
             palette: self.palette,
-        })
+        }
     }
 }
 
@@ -218,6 +218,14 @@ pub struct DocInfo {
     pub model_bytes: u64,
     /// The worker's whole memory after loading (set by the worker; 0 natively).
     pub heap_bytes: u64,
+}
+
+impl DocInfo {
+    /// The device a new tab of the file shows: the default one, else device 0 (a file with
+    /// no trace and no segments).
+    pub fn first_device(&self) -> u32 {
+        self.default_device.unwrap_or(0)
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -106,7 +106,7 @@ impl Warmup {
             }
             Stage::Finish(loading) => match self.engine.finish(DOC, *loading, &|| 0.0) {
                 Ok(info) => {
-                    let device = info.default_device.unwrap_or(0);
+                    let device = info.first_device();
                     let entries = info.devices.iter().find(|d| d.device == device).map_or(0, |d| d.entries) as f64;
                     Stage::View { i: 0, device, entries }
                 }

@@ -48,8 +48,9 @@ struct Worker {
     warm: RefCell<Option<Warmup>>,
     /// The first view the page asked for ahead ([`ToWorker::Ahead`]) while the file was read.
     ahead: RefCell<Option<(u32, FirstView)>>,
-    /// The file this worker read, and its default device: what an `Ahead` is drawn for.
-    loaded: Cell<Option<(DocId, Option<u32>)>>,
+    /// The file this worker read, and the device its tab shows first: what an `Ahead` is
+    /// drawn for.
+    loaded: Cell<Option<(DocId, u32)>>,
 }
 
 impl Worker {
@@ -126,7 +127,7 @@ impl Worker {
         self.send(&FromWorker::Load { id, event: LoadEvent::Progress { bytes: at, total } });
         let this = self.clone();
         let result = self.engine.borrow_mut().finish(id, loading, &|| this.now());
-        let loaded = result.as_ref().ok().map(|info| (info.doc, info.default_device));
+        let loaded = result.as_ref().ok().map(|info| (info.doc, info.first_device()));
         let event = match result {
             Ok(mut info) => {
                 info.heap_bytes = wasm_memory_bytes();
@@ -139,15 +140,7 @@ impl Worker {
         // Right after the reply: the page builds the tab while this draws its first view.
         self.loaded.set(loaded);
         if let (Some((doc, device)), Some((asked, first))) = (loaded, self.ahead.take()) {
-            self.answer_ahead(asked, &first, doc, device);
-        }
-    }
-
-    /// Answers an [`ToWorker::Ahead`] for the file this worker read.
-    fn answer_ahead(&self, id: u32, first: &FirstView, doc: DocId, device: Option<u32>) {
-        match first.query(doc, device) {
-            Some(q) => self.answer(id, Request::View(q)),
-            None => self.send(&FromWorker::Reply { id, response: Response::Error("no device to draw".into()) }),
+            self.answer(asked, Request::View(first.query(doc, device)));
         }
     }
 
@@ -260,7 +253,7 @@ impl Worker {
         match postcard::from_bytes::<ToWorker>(&bytes) {
             Ok(ToWorker::Request { id, request }) => self.answer(id, request),
             Ok(ToWorker::Ahead { id, first }) => match self.loaded.get() {
-                Some((doc, device)) => self.answer_ahead(id, &first, doc, device),
+                Some((doc, device)) => self.answer(id, Request::View(first.query(doc, device))),
                 None => {
                     self.ahead.replace(Some((id, first)));
                 }
@@ -303,6 +296,9 @@ impl Pieces {
     fn ask(&mut self) -> Option<js_sys::Promise> {
         match self {
             Pieces::Own(r, buf) => {
+                // Without its buffer the stream has ended (a second ask before a take would
+                // read as the end, too: the loop never does that).
+                debug_assert!(buf.is_some(), "a piece asked for twice without a take");
                 let b = buf.take()?;
                 let view = js_sys::Uint8Array::new_with_byte_offset_and_length(&b, 0, b.byte_length());
                 Some(r.read_with_array_buffer_view(&view))

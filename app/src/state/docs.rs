@@ -23,7 +23,8 @@ pub(crate) struct Tab {
 impl Tab {
     /// A file just opened, on its default device, the whole trace.
     pub(crate) fn new(info: DocInfo) -> Tab {
-        let device = info.default_device.unwrap_or(0);
+        // As `FirstView::query` has it: the worker draws that view before the tab exists.
+        let device = info.first_device();
         Tab { info, device, kind: Kind::Blocks, start: 0.0, end: 0.0, n_steps: 0, event: None, y: None }
     }
 

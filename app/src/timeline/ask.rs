@@ -35,21 +35,30 @@ fn palette() -> PaletteVm {
     }
 }
 
+/// Whether the plot is in the page and shown (another mode hides it, with no size).
+fn plot_shown() -> bool {
+    canvas_by_id("timeline").is_some_and(|c| c.client_width() > 0)
+}
+
 /// The first view of a file not read yet, as far as the page knows it (its plot and
-/// colours), where the plot is on screen: asked for while the file is read
+/// colours), where the plot is shown: asked for while the file is read
 /// ([`Client::ahead`](crate::client::Client::ahead)). Once the file is read, its query is
-/// [`first_query`]'s for the new tab.
+/// [`first_query`]'s for the new tab unless the plot changed size meanwhile.
 pub(crate) fn first_view(baseline: bool) -> Option<FirstView> {
-    canvas_by_id("timeline")?;
+    if !plot_shown() {
+        return None;
+    }
     Some(FirstView { columns: plot_columns(), rows: plot_rows(), baseline, palette: palette() })
 }
 
-/// The first view the timeline will ask for when `tab` opens, where the plot is already on
-/// screen (another file is open, or the views were laid out while this one was read) and so
+/// The first view the timeline will ask for when `tab` opens, where the plot is already
+/// shown (another file is open, or the views were laid out while this one was read) and so
 /// has its size: asked for ahead ([`Client::prefetch`](crate::client::Client::prefetch))
 /// while the tab is being built.
 pub(crate) fn first_query(tab: &Tab, baseline: bool) -> Option<ViewQuery> {
-    canvas_by_id("timeline")?;
+    if !plot_shown() {
+        return None;
+    }
     Some(ViewQuery {
         doc: tab.info.doc,
         device: tab.device,
