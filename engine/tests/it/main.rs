@@ -590,20 +590,7 @@ fn baseline_and_y_zoom() {
     let snap = snapshot::read(&bytes).unwrap().snapshot;
     let tl = Timeline::build(&snap, 0, Kind::Blocks);
     let ask = |e: &mut Engine, y: Option<(u64, u64)>, baseline: bool| {
-        let q = ViewQuery {
-            doc,
-            device: 0,
-            kind: Kind::Blocks,
-            start: 0.0,
-            end: 0.0,
-            columns: 800,
-            rows: 300,
-            y,
-            baseline,
-            totals_only: false,
-            pinned: None,
-            palette: PaletteVm::default(),
-        };
+        let q = ViewQuery { y, baseline, ..query(doc, 0, Kind::Blocks, 0.0, 0.0, 800) };
         let Response::View(v) = e.handle(Request::View(q)) else { panic!() };
         v
     };
