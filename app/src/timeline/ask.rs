@@ -56,23 +56,9 @@ pub(crate) fn first_view(baseline: bool) -> Option<FirstView> {
 /// has its size: asked for ahead ([`Client::prefetch`](crate::client::Client::prefetch))
 /// while the tab is being built.
 pub(crate) fn first_query(tab: &Tab, baseline: bool) -> Option<ViewQuery> {
-    if !plot_shown() {
-        return None;
-    }
-    Some(ViewQuery {
-        doc: tab.info.doc,
-        device: tab.device,
-        kind: tab.kind,
-        start: tab.start,
-        end: tab.end,
-        columns: plot_columns(),
-        rows: plot_rows(),
-        y: tab.y,
-        baseline,
-        totals_only: false,
-        pinned: None,
-        palette: palette(),
-    })
+    // A new tab's is [`first_view`]'s query, unless a link's view moved it.
+    let q = first_view(baseline)?.query(tab.info.doc, tab.device);
+    Some(ViewQuery { kind: tab.kind, start: tab.start, end: tab.end, y: tab.y, ..q })
 }
 
 /// The timeline's view model.
