@@ -38,9 +38,18 @@ pub struct Rows {
     pub top: f64,
 }
 
+/// Coverage of a whole pixel in the accumulator's fixed point.
+const ONE: f64 = 65536.0;
+
 /// Rasterizes `bands` and `columns` into `columns.len() x rows.count` pixels. `searching`
 /// dims what is not a hit (a blend shows its share of hits in the hit colour); `pinned`
 /// paints one element in its own colour.
+///
+/// A band covers the same share of each pixel row in every column it spans, so it adds its
+/// colour where it begins on a row and takes it away after it ends there, and one pass along
+/// each row sums what is present at each pixel: a band costs its rows, not its rows times its
+/// columns (most of a file's bands are thinner than a row and span many columns). The sums are
+/// integers (coverage in 1/65536ths of a pixel), so what a band adds it takes away exactly.
 pub fn raster(
     bands: &[BandVm],
     columns: &[ColumnVm],
@@ -50,34 +59,38 @@ pub fn raster(
     pal: &Palette,
 ) -> Raster {
     let (w, h) = (columns.len(), rows.count as usize);
-    // Premultiplied colour and coverage per pixel, rows from the top.
-    let mut acc = vec![[0f32; 4]; w * h];
+    if w == 0 || h == 0 {
+        return Raster { width: w as u32, height: rows.count, rgba: Vec::new() };
+    }
+    // Per pixel, rows from the top: the change, from the pixel to its left, of the
+    // premultiplied colour and the coverage present (wrapping: only the sums are in range).
+    let mut delta = vec![[0u32; 4]; w * h];
     let scale = h as f64 / (rows.top - rows.lo).max(1.0);
     let y_of = |bytes: f64| (bytes - rows.lo) * scale;
-    // Paints columns `cols` between heights y0 and y1 (pixel rows from the bottom): the
-    // coverage of each row is worked out once, then added along the row's pixels.
+    // Paints columns `cols` between heights y0 and y1 (pixel rows from the bottom).
     let mut paint = |cols: std::ops::RangeInclusive<usize>, y0: f64, y1: f64, rgb: u32, alpha: f32| {
         let (y0, y1) = (max(y0, 0.0), min(y1, h as f64));
         if y1 <= y0 || alpha <= 0.0 || cols.is_empty() {
             return;
         }
-        let (r, g, b) = (((rgb >> 16) & 255) as f32, ((rgb >> 8) & 255) as f32, (rgb & 255) as f32);
-        let first = y0.floor() as usize;
-        let last = (y1.ceil() as usize).min(h);
-        for row in first..last {
-            let cover = (min(y1, row as f64 + 1.0) - max(y0, row as f64)) as f32 * alpha;
-            let add = [r * cover, g * cover, b * cover, cover];
+        let channels = [(rgb >> 16) & 255, (rgb >> 8) & 255, rgb & 255, 1];
+        let (first, end) = (*cols.start(), *cols.end() + 1);
+        for row in y0.floor() as usize..(y1.ceil() as usize).min(h) {
+            // Rounded half up (never negative; `round` is a library call in wasm).
+            let cover = ((min(y1, row as f64 + 1.0) - max(y0, row as f64)) * f64::from(alpha) * ONE + 0.5) as u32;
             let line = (h - 1 - row) * w;
-            for px in &mut acc[line + cols.start()..=line + cols.end()] {
-                for (p, a) in px.iter_mut().zip(add) {
-                    *p += a;
+            for (k, ch) in channels.iter().enumerate() {
+                let add = ch.wrapping_mul(cover);
+                delta[line + first][k] = delta[line + first][k].wrapping_add(add);
+                if end < w {
+                    delta[line + end][k] = delta[line + end][k].wrapping_sub(add);
                 }
             }
         }
     };
     for b in bands {
         let (y0, y1) = (y_of(b.offset as f64), y_of(b.offset as f64 + b.size as f64));
-        if y1 <= 0.0 || y0 >= h as f64 || w == 0 {
+        if y1 <= 0.0 || y0 >= h as f64 {
             continue;
         }
         // (colour, opacity) layers: a blend with some hits shows them in proportion.
@@ -103,11 +116,23 @@ pub fn raster(
     // in wasm, and so is a float `min`: the clamp is on the integer).
     let byte = |v: f32| ((v + 0.5) as u32).min(255) as u8;
     let mut rgba = vec![0u8; w * h * 4];
-    for (px, out) in acc.iter().zip(rgba.chunks_exact_mut(4)) {
-        let a = px[3];
-        if a > 0.0 {
-            let k = 1.0 / a;
-            out.copy_from_slice(&[byte(px[0] * k), byte(px[1] * k), byte(px[2] * k), byte(a * 255.0)]);
+    for (line, out) in delta.chunks_exact(w).zip(rgba.chunks_exact_mut(w * 4)) {
+        let (mut sum, mut px) = ([0u32; 4], [0u8; 4]);
+        for (d, out) in line.iter().zip(out.chunks_exact_mut(4)) {
+            // Where nothing begins or ends, the pixel is its left neighbour's colour.
+            if *d != [0; 4] {
+                for (s, d) in sum.iter_mut().zip(d) {
+                    *s = s.wrapping_add(*d);
+                }
+                px = if sum[3] > 0 {
+                    let k = 1.0 / sum[3] as f32;
+                    let a = sum[3] as f32 * (255.0 / ONE as f32);
+                    [byte(sum[0] as f32 * k), byte(sum[1] as f32 * k), byte(sum[2] as f32 * k), byte(a)]
+                } else {
+                    [0; 4]
+                };
+            }
+            out.copy_from_slice(&px);
         }
     }
     Raster { width: w as u32, height: rows.count, rgba }

@@ -303,13 +303,24 @@ impl Mix {
     }
 }
 
+/// An element drawn on its own in the live stack.
+#[derive(Clone, Copy, Debug)]
+struct Drawn {
+    /// Its position in the stacking order.
+    order: u32,
+    id: u32,
+    /// Its open band.
+    band: usize,
+    /// Its colour, worked out once: its band opens again whenever something below changes.
+    rgb: u32,
+}
+
 /// The live stack during a sweep: the elements drawn on their own in stacking order, and
 /// the runs of smaller elements around them (`gaps[i]` lies just below `drawn[i]`, the last
 /// gap on top), each with its open band.
 #[derive(Debug)]
 struct Stack {
-    /// (order, element, its open band).
-    drawn: Vec<(u32, u32, usize)>,
+    drawn: Vec<Drawn>,
     gaps: Vec<(Mix, Option<usize>)>,
 }
 
@@ -323,8 +334,8 @@ impl Stack {
     /// Closes the bands of `gaps[from..]` and `drawn[from..]` at the column before `c`.
     fn close_from(&self, from: usize, c: u32, bands: &mut [Band]) {
         let last = c.saturating_sub(1);
-        for &(_, _, band) in &self.drawn[from.min(self.drawn.len())..] {
-            bands[band].last_column = last;
+        for d in &self.drawn[from.min(self.drawn.len())..] {
+            bands[d.band].last_column = last;
         }
         for &(_, band) in &self.gaps[from.min(self.gaps.len())..] {
             if let Some(band) = band {
@@ -335,7 +346,7 @@ impl Stack {
 
     /// The top of the stack: bytes below the last band.
     fn top(&self, bands: &[Band]) -> u64 {
-        let band = self.gaps.last().and_then(|g| g.1).or_else(|| self.drawn.last().map(|d| d.2));
+        let band = self.gaps.last().and_then(|g| g.1).or_else(|| self.drawn.last().map(|d| d.band));
         band.map_or(0, |b| bands[b].offset_bytes + bands[b].size_bytes)
     }
 
@@ -360,12 +371,12 @@ impl Stack {
             if entered {
                 entering = true;
             } else if e.size >= min_bytes {
-                if let Ok(i) = self.drawn.binary_search_by_key(&order, |d| d.0) {
+                if let Ok(i) = self.drawn.binary_search_by_key(&order, |d| d.order) {
                     removed.push(i);
                     from = from.min(i);
                 }
             } else {
-                let g = self.drawn.partition_point(|d| d.0 < order);
+                let g = self.drawn.partition_point(|d| d.order < order);
                 self.gaps[g].0.add(e.size, colour(e.order), hit(id), false);
                 from = from.min(g);
             }
@@ -378,7 +389,7 @@ impl Stack {
         }
         self.close_from(from, c, bands);
         let below = match from.checked_sub(1) {
-            Some(i) => bands[self.drawn[i].2].offset_bytes.saturating_add(bands[self.drawn[i].2].size_bytes),
+            Some(i) => bands[self.drawn[i].band].offset_bytes.saturating_add(bands[self.drawn[i].band].size_bytes),
             None => 0,
         };
         let mut offset = below;
@@ -404,7 +415,7 @@ impl Stack {
             let e = &elements[id as usize];
             if e.size >= min_bytes {
                 self.gaps.push((acc, None));
-                self.drawn.push((order, id, 0));
+                self.drawn.push(Drawn { order, id, band: 0, rgb: colour(e.order) });
                 acc = Mix::default();
             } else {
                 acc.add(e.size, colour(e.order), hit(id), true);
@@ -429,9 +440,9 @@ impl Stack {
             let mix = self.gaps[i].0;
             self.gaps[i].1 = (mix.bytes > 0).then(|| open(None, mix.bytes, mix.colour(), mix.hit_bytes, &mut offset));
             if let Some(d) = self.drawn.get_mut(i) {
-                let e = &elements[d.1 as usize];
-                let hit_bytes = if hit(d.1) { e.size } else { 0 };
-                d.2 = open(Some(d.1), e.size, colour(e.order), hit_bytes, &mut offset);
+                let size = elements[d.id as usize].size;
+                let hit_bytes = if hit(d.id) { size } else { 0 };
+                d.band = open(Some(d.id), size, d.rgb, hit_bytes, &mut offset);
             }
         }
         below

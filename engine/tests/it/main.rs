@@ -749,3 +749,86 @@ fn the_corpus_first_views_are_drawn_as_later_requests_for_their_window() {
     }
     assert_eq!(differ, 0);
 }
+
+/// What a view's pixels should be, painted the plain way: every band adds its colour, in
+/// proportion to the share of each pixel it covers, to every pixel it covers, in f64; then
+/// each pixel is its colours' mean weighted by coverage, its opacity the coverage.
+fn painted_one_by_one(v: &ViewModel, rows: u32, searching: bool, pinned: Option<u32>) -> Vec<u8> {
+    let pal = engine::raster::Palette::default();
+    let (w, h) = (v.columns.len(), rows as usize);
+    let mut acc = vec![[0f64; 4]; w * h];
+    let scale = h as f64 / (v.y_top - v.y_lo) as f64;
+    let mut paint = |col: usize, lo: f64, hi: f64, rgb: u32, alpha: f64| {
+        let (y0, y1) = ((lo - v.y_lo as f64) * scale, (hi - v.y_lo as f64) * scale);
+        for row in 0..h {
+            let cover = (y1.min(row as f64 + 1.0) - y0.max(row as f64)).max(0.0) * alpha;
+            let px = &mut acc[(h - 1 - row) * w + col];
+            for (k, ch) in [(rgb >> 16) & 255, (rgb >> 8) & 255, rgb & 255].into_iter().enumerate() {
+                px[k] += f64::from(ch) * cover;
+            }
+            px[3] += cover;
+        }
+    };
+    for b in &v.bands {
+        let hit = b.hit_bytes as f64 / b.size as f64;
+        let layers = if pinned.is_some() && pinned == b.element {
+            vec![(pal.pinned, 1.0)]
+        } else if searching {
+            vec![(pal.hit, hit), (b.rgb, (1.0 - hit) * f64::from(pal.dimmed))]
+        } else {
+            vec![(b.rgb, 1.0)]
+        };
+        for col in b.first as usize..=(b.last as usize).min(w - 1) {
+            for &(rgb, alpha) in &layers {
+                paint(col, b.offset as f64, (b.offset + b.size) as f64, rgb, alpha);
+            }
+        }
+    }
+    for (col, c) in v.columns.iter().enumerate() {
+        if c.total > c.drawn {
+            paint(col, c.drawn as f64, c.total as f64, pal.summarized, 1.0);
+        }
+    }
+    let byte = |x: f64| (x.round() as u32).min(255) as u8;
+    acc.iter()
+        .flat_map(|p| {
+            if p[3] > 0.0 {
+                [0, 1, 2].map(|k| byte(p[k] / p[3])).into_iter().chain([byte(p[3] * 255.0)]).collect()
+            } else {
+                vec![0; 4]
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn the_pixels_are_each_bands_share_of_them() {
+    // A band adds its colour where it begins on a pixel row and takes it away after it ends
+    // (`engine::raster`): the picture must be the one painting every pixel gives, to within
+    // a rounding step, on real files, plain, searched and with an element pinned.
+    for name in ["pt25-cs336-fullstep-annotations.pickle", "pt21-llama-cppframes-multistream.pickle"] {
+        let bytes = testkit::read(name);
+        let mut e = Engine::new();
+        let doc = open(&mut e, name, &bytes, 1 << 20).unwrap().doc;
+        for kind in [Kind::Blocks, Kind::Segments] {
+            let plain = view(&mut e, doc, 0, kind, 0.0, 0.0, 611);
+            let pinned = plain.bands.iter().filter_map(|b| b.element).nth(5);
+            let Response::Search(found) =
+                e.handle(Request::Search { doc, device: 0, kind, query: Query::Substring("a".into()) })
+            else {
+                panic!()
+            };
+            assert!(!found.matches.is_empty(), "{name}: something to mark");
+            let q = ViewQuery { pinned, ..query(doc, 0, kind, 0.0, 0.0, 611) };
+            let Response::View(marked) = e.handle(Request::View(q)) else { panic!() };
+            e.handle(Request::ClearSearch { doc });
+            for (v, searching, pinned) in [(&plain, false, None), (&marked, true, pinned)] {
+                let want = painted_one_by_one(v, 300, searching, pinned);
+                assert_eq!(v.pixels.len(), want.len());
+                let off = v.pixels.iter().zip(&want).filter(|(a, b)| a.abs_diff(**b) > 1).count();
+                assert_eq!(off, 0, "{name} {kind:?} searching {searching}: {off} bytes differ by more than one");
+                assert!(v.pixels.iter().zip(&want).filter(|(a, b)| a != b).count() < want.len() / 100);
+            }
+        }
+    }
+}
