@@ -61,6 +61,8 @@ pub(crate) fn App() -> impl IntoView {
             crate::client::worker().warm_rank_workers();
         }
     };
+    // No file open nor loading, and no run: only the invitation to drop files is shown.
+    let idle = move || docs.active().is_none() && !opener.loading() && run.total.get() == 0 && !shown.is(Mode::Ranks);
     let on_drop = move |e: web_sys::DragEvent| {
         e.prevent_default();
         let Some(dt) = e.data_transfer() else { return };
@@ -77,12 +79,16 @@ pub(crate) fn App() -> impl IntoView {
             <Header/>
             <Loads/>
             <Banners/>
-            <Show
-                when=move || docs.active().is_some() || shown.is(Mode::Ranks) || opener.loading()
-                fallback=|| view! { <div class="empty">"Drop PyTorch memory snapshots anywhere on this page, or use Open files…; a whole run (a folder, or three files or more) opens as Ranks"</div> }
-            >
-                <Views/>
+            <Show when=idle>
+                <div class="empty">"Drop PyTorch memory snapshots anywhere on this page, or use Open files…; a whole run (a folder, or three files or more) opens as Ranks"</div>
             </Show>
+            // Laid out from the start, hidden until a file is open or loading: the first file
+            // is then read without the page laying its views out meanwhile (on a two-core
+            // machine that slowed the read by a third), and its first view is asked for as
+            // soon as it is chosen (the plot has its size).
+            <div class="views" class:idle=idle>
+                <Views/>
+            </div>
             <HelpBox/>
             <div id="status">{move || messages.status.get()}</div>
         </div>
@@ -139,13 +145,14 @@ fn Views() -> impl IntoView {
         <Show when=move || shown.is(Mode::Ranks)>
             <RanksView/>
         </Show>
-        // While the first file is read, its views are laid out empty (on the page's thread,
-        // as the worker reads): the tab then only fills them, and the plot has a size to ask
-        // the first view for ahead.
-        <Show when=move || docs.active().is_some() || opener.loading()
-            fallback=move || (!shown.is(Mode::Ranks)).then(|| view! { <p class="hint" id="no-tab">"No file is open: click a rank in Ranks to open it."</p> })>
-            <FileViews/>
+        // A run is open, and no file of it: the way to one.
+        <Show when=move || docs.active().is_none() && !opener.loading() && !shown.is(Mode::Ranks)>
+            <p class="hint" id="no-tab">"No file is open: click a rank in Ranks to open it."</p>
         </Show>
+        // Laid out with no file too (hidden, and empty): see `App`.
+        <div class="views" class:idle=move || docs.active().is_none() && !opener.loading()>
+            <FileViews/>
+        </div>
     }
 }
 

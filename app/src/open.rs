@@ -53,7 +53,7 @@ impl Opener {
 
     /// Whether a file is being read (tracked): its worker said how far it got. (Not from the
     /// moment it is chosen: until its worker has the file, this thread hands it over, and
-    /// laying the views out first would keep the worker waiting.)
+    /// showing the views first would keep the worker waiting.)
     pub(crate) fn loading(self) -> bool {
         self.loads.with(|l| l.iter().any(|l| l.bytes > 0))
     }
@@ -83,8 +83,8 @@ impl Opener {
                         l.bytes = bytes;
                     }
                 });
-                // The first file's plot is laid out as it loads, by the effects this update
-                // woke: it has its size after them.
+                // A file opened as the page starts (an offline page's) is chosen before the
+                // plot is in the page: it has its size once the page is built.
                 let ahead = on_progress.clone();
                 spawn_local(async move { ahead(id) });
             }
@@ -145,8 +145,8 @@ impl Opener {
 
     fn add_tab(self, mut tab: Tab, focus: bool) {
         let pin = self.restore.apply(&mut tab, self.messages);
-        // The plot is on screen (another file is open, or the views were laid out while this
-        // one loaded): its first view is computed while the tab is built.
+        // The plot is laid out (the views are, from the start): its first view is computed
+        // while the tab is built.
         match (self.nav.comes_to_front(focus) && pin.is_none())
             .then(|| crate::timeline::first_query(&tab, self.plot.baseline.get_untracked()))
             .flatten()

@@ -107,6 +107,13 @@ test('six ranks chosen as files: the Ranks view names rank 4 alone, as memscape 
   assert.equal(byPeak[0].rank, '4');
   assert.ok(byPeak.every((r, i) => i === 0 || byPeak[i - 1].peak >= r.peak));
   await page.selectOption('#ranks-sort', 'rank');
+  // Another mode while no file of the run is open: the way to one, and the way back.
+  await page.click('#mode-timeline');
+  assert.ok(await page.locator('#no-tab').isVisible(), 'the hint to click a rank');
+  assert.equal(await page.locator('.empty').count(), 0, 'not the empty page');
+  assert.equal(await page.locator('#timeline').isVisible(), false, 'no empty plot');
+  await page.click('#mode-ranks');
+  assert.ok(await page.locator('#ranks-rows').isVisible());
 });
 
 test('a click on a rank opens it as a tab; two picked open in Compare', async () => {

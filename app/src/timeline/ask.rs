@@ -51,9 +51,8 @@ pub(crate) fn first_view(baseline: bool) -> Option<FirstView> {
     Some(FirstView { columns: plot_columns(), rows: plot_rows(), baseline, palette: palette() })
 }
 
-/// The first view the timeline will ask for when `tab` opens, where the plot is already
-/// shown (another file is open, or the views were laid out while this one was read) and so
-/// has its size: asked for ahead ([`Client::prefetch`](crate::client::Client::prefetch))
+/// The first view the timeline will ask for when `tab` opens, where the plot is shown (laid
+/// out, from the start, and not in another mode) and so has its size: asked for ahead ([`Client::prefetch`](crate::client::Client::prefetch))
 /// while the tab is being built.
 pub(crate) fn first_query(tab: &Tab, baseline: bool) -> Option<ViewQuery> {
     // A new tab's is [`first_view`]'s query, unless a link's view moved it.
