@@ -98,7 +98,7 @@ impl Opener {
                 self.plot.first_draw.set_value(Some((info.doc, started)));
                 let doc = info.doc;
                 self.add_tab(Tab::new(info), wanted);
-                // After the tab: the views laid out for the load stay.
+                // After the tab: the views shown for the load stay shown.
                 self.loads.update(|l| l.retain(|l| l.id != id));
                 if let Some(then) = &then {
                     then(doc);

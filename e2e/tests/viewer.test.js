@@ -7,7 +7,7 @@ import { readFileSync, readdirSync, writeFileSync, mkdirSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
-import { serve, browser, statsOf, paintedPixels, CORPUS, ROOT } from '../harness.js';
+import { serve, browser, statsOf, paintedPixels, settle as settled, CORPUS, ROOT } from '../harness.js';
 
 const SHOTS = join(ROOT, 'e2e', 'screenshots');
 const EXAMPLE = 'cs336-fullstep.pickle';
@@ -237,7 +237,13 @@ test('the views are laid out, hidden, before the first file is chosen, and its f
     assert.ok(await paintedPixels(p2) > 1000, `${file}: and it is drawn`);
     return marks;
   };
-  await open('pt25-cs336-fullstep-annotations.pickle');
+  // A task queued as the file is chosen: the first view is asked for before it runs, in the
+  // choice's own task, not once the worker reports progress.
+  await p2.evaluate(() => window.addEventListener('change', () => {
+    setTimeout(() => { window.afterChoice = performance.now(); }, 0);
+  }, { capture: true, once: true }));
+  const marks = await open('pt25-cs336-fullstep-annotations.pickle');
+  assert.ok(marks['ahead-asked-at'] < await p2.evaluate(() => window.afterChoice), `asked for as the file was chosen: ${JSON.stringify(marks)}`);
   assert.equal(await plotWidth(), before, 'the plot kept its width as the file\'s views were shown');
   // A later file, with the plot on screen: asked for as soon as it is chosen.
   await open('pt210-cs336-training-usermeta.pickle');
@@ -253,6 +259,29 @@ test('the views are laid out, hidden, before the first file is chosen, and its f
   await p2.waitForFunction(() => (window.memscapeTimings || []).some(x => x[0] === 'first-draw-at'), null, { timeout: 60000 });
   assert.ok(await paintedPixels(p2) > 1000, 'the tab in front is drawn');
   await p2.close();
+});
+
+test('once the last tab is closed, nothing of its file stays for the next file\'s views to show while it loads', async () => {
+  const p3 = await ctx.newPage();
+  p3.on('pageerror', e => { throw e; });
+  await p3.goto(srv.url + '?empty');
+  const drawn = async file => {
+    await p3.evaluate(() => { window.memscapeTimings = []; });
+    await p3.setInputFiles('#file-input', join(CORPUS, file));
+    await p3.waitForFunction(() => (window.memscapeTimings || []).some(x => x[0] === 'first-draw-at'), null, { timeout: 60000 });
+    await settled(p3);
+    assert.ok(await paintedPixels(p3) > 1000, `${file}: its plot is drawn`);
+    assert.ok(await paintedPixels(p3, 'minimap') > 100, `${file}: and its minimap`);
+  };
+  await drawn('pt20-flexgen-opt1.3b-history.pickle');
+  await p3.click('.tab-close');
+  await p3.waitForSelector('.empty');
+  await settled(p3);
+  // The views stay in the page, hidden; they are shown again as soon as the next file loads.
+  assert.equal(await paintedPixels(p3), 0, 'the plot holds nothing of the closed file');
+  assert.equal(await paintedPixels(p3, 'minimap'), 0, 'nor does the minimap');
+  await drawn('pt21-llama-cppframes-multistream.pickle');
+  await p3.close();
 });
 
 async function showExample() {

@@ -1,7 +1,7 @@
 //! Turns a view's bands into pixels, so the page only copies an image: each band (an
 //! element, or a blend of elements too thin to draw alone) adds its colour to the pixel rows
-//! it covers in proportion to the area it covers (thin bands blend, nothing is lost). Grey
-//! is only for bytes no element accounts for.
+//! it covers in proportion to the area it covers (thin bands blend: nothing is lost down to
+//! a 65536th of a pixel row). Grey is only for bytes no element accounts for.
 
 use crate::protocol::{BandVm, ColumnVm};
 

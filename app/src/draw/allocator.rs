@@ -5,13 +5,6 @@ use web_sys::HtmlCanvasElement;
 
 use super::*;
 
-/// An empty allocator map, while its state is not known yet (no other file's picture).
-pub fn clear(canvas: &HtmlCanvasElement, th: &Theme) {
-    let Some((ctx, w, h)) = prepare(canvas) else { return };
-    ctx.set_fill_style_str(&th.bg);
-    ctx.fill_rect(0.0, 0.0, w, h);
-}
-
 /// The allocator after an event: all segments in address order laid end to end as one
 /// strip of memory, wrapped into rows; blocks in colour, pending frees hatched in the
 /// accent colour, free space in grey, segment starts as thin marks.

@@ -8,7 +8,7 @@ mod charts;
 mod flame;
 mod timeline;
 
-pub use allocator::{clear, state_map};
+pub use allocator::state_map;
 pub use charts::{categories, diff};
 pub use flame::{flame, layout as flame_layout, rows as flame_rows, Placed, ROW as FLAME_ROW};
 pub use timeline::{minimap, timeline, Overlay};
@@ -60,6 +60,14 @@ impl Theme {
 /// Device pixels per CSS pixel (at least 1).
 pub fn pixel_ratio() -> f64 {
     web_sys::window().map_or(1.0, |w| w.device_pixel_ratio()).max(1.0)
+}
+
+/// An empty canvas: the allocator map while its state is not known yet, the timeline and the
+/// minimap while no file is shown (no other file's picture).
+pub fn clear(canvas: &HtmlCanvasElement, th: &Theme) {
+    let Some((ctx, w, h)) = prepare(canvas) else { return };
+    ctx.set_fill_style_str(&th.bg);
+    ctx.fill_rect(0.0, 0.0, w, h);
 }
 
 /// Sizes the canvas to its CSS box at the device's pixel ratio; returns the context and the

@@ -36,12 +36,17 @@ impl Nav {
     }
 
     pub(crate) fn select(self, doc: DocId) {
+        self.leave();
+        self.docs.show(Some(doc));
+    }
+
+    /// Forgets what belonged to the tab shown.
+    fn leave(self) {
         self.selection.clear();
         self.search.clear();
         self.plot.view.set(None);
         self.allocator.state.set(None);
         self.events.first.set(0);
-        self.docs.show(Some(doc));
     }
 
     /// Closes a file (its worker ends); the last tab is shown if it was the one shown.
@@ -52,7 +57,13 @@ impl Nav {
         self.allocator.forget(doc);
         match self.docs.remove(doc) {
             Some(Some(next)) => self.select(next),
-            Some(None) => self.docs.show(None),
+            // The views stay in the page, hidden: nothing of this file may be there when the
+            // next one's are shown.
+            Some(None) => {
+                self.leave();
+                self.plot.overview.set(None);
+                self.docs.show(None);
+            }
             None => {}
         }
     }

@@ -35,7 +35,8 @@ fn palette() -> PaletteVm {
     }
 }
 
-/// Whether the plot is in the page and shown (another mode hides it, with no size).
+/// Whether the plot is laid out with a width: it is from the start, hidden while no file is
+/// open (a file's first view is asked for at that width); another mode hides it with none.
 fn plot_shown() -> bool {
     canvas_by_id("timeline").is_some_and(|c| c.client_width() > 0)
 }
@@ -86,9 +87,9 @@ pub(super) fn views() {
         let moved = window.take_moved();
         let Some(t) = docs.tab_untracked() else { return };
         let size = redraw.track();
-        // A tab that was just added may have no plot yet to measure: ask once it is laid out
-        // (next frame), instead of asking for a default size now and for the real one just
-        // after, while the first hover would wait behind the second.
+        // The plot is laid out from the start; should a tab come before it is (the page being
+        // built), ask once it is (next frame), instead of asking for a default size now and for
+        // the real one just after, while the first hover would wait behind the second.
         if canvas_by_id("timeline").is_none() && deferred.get_value() != Some(key) {
             deferred.set_value(Some(key));
             request_animation_frame(move || redraw.bump());
@@ -206,7 +207,14 @@ pub(super) fn paint() {
         let time_axis = plot.time_axis.get();
         let th = draw::Theme::read();
         plot.view.with(|v| {
-            let (Some(v), Some((doc, has_time)), Some(c)) = (v, lane, canvas_by_id("timeline")) else { return };
+            let Some(c) = canvas_by_id("timeline") else { return };
+            let Some((doc, has_time)) = lane else {
+                // No file is shown (the last one was closed): its picture goes, or the next
+                // file's views would show it while that file loads.
+                draw::clear(&c, &th);
+                return;
+            };
+            let Some(v) = v else { return };
             plot.outline.with(|outline| {
                 let o = draw::Overlay {
                     start: v.start,
@@ -247,8 +255,10 @@ pub(super) fn paint() {
         let (window, y) = (window.get(), y.get());
         let th = draw::Theme::read();
         plot.overview.with(|v| {
-            let (Some(v), Some(c)) = (v, canvas_by_id("minimap")) else { return };
-            let (a, b) = window.unwrap_or((0.0, 0.0));
+            let Some(c) = canvas_by_id("minimap") else { return };
+            // As the timeline: nothing of a closed file stays.
+            let Some((a, b)) = window else { return draw::clear(&c, &th) };
+            let Some(v) = v else { return };
             draw::minimap(&c, v, a, b, y.unwrap_or((0.0, v.y_max as f64 * engine::HEADROOM)), &th);
         });
     });

@@ -805,7 +805,8 @@ fn painted_one_by_one(v: &ViewModel, rows: u32, searching: bool, pinned: Option<
 fn the_pixels_are_each_bands_share_of_them() {
     // A band adds its colour where it begins on a pixel row and takes it away after it ends
     // (`engine::raster`): the picture must be the one painting every pixel gives, to within
-    // a rounding step, on real files, plain, searched and with an element pinned.
+    // a rounding step, on real files: plain, zoomed (bands cut at the rows at both ends),
+    // searched, and with an element pinned.
     for name in ["pt25-cs336-fullstep-annotations.pickle", "pt21-llama-cppframes-multistream.pickle"] {
         let bytes = testkit::read(name);
         let mut e = Engine::new();
@@ -813,6 +814,12 @@ fn the_pixels_are_each_bands_share_of_them() {
         for kind in [Kind::Blocks, Kind::Segments] {
             let plain = view(&mut e, doc, 0, kind, 0.0, 0.0, 611);
             let pinned = plain.bands.iter().filter_map(|b| b.element).nth(5);
+            assert!(pinned.is_some(), "{name}: an element to pin");
+            // Zoomed in on a window and a memory range: bands cut at the bottom and top rows.
+            let n = f64::from(plain.n_steps);
+            let y = Some((plain.peak_bytes / 3, plain.peak_bytes / 3 * 2));
+            let q = ViewQuery { y, pinned, ..query(doc, 0, kind, n / 4.0, n / 2.0, 611) };
+            let Response::View(zoomed) = e.handle(Request::View(q)) else { panic!() };
             let Response::Search(found) =
                 e.handle(Request::Search { doc, device: 0, kind, query: Query::Substring("a".into()) })
             else {
@@ -822,7 +829,8 @@ fn the_pixels_are_each_bands_share_of_them() {
             let q = ViewQuery { pinned, ..query(doc, 0, kind, 0.0, 0.0, 611) };
             let Response::View(marked) = e.handle(Request::View(q)) else { panic!() };
             e.handle(Request::ClearSearch { doc });
-            for (v, searching, pinned) in [(&plain, false, None), (&marked, true, pinned)] {
+            assert_eq!(zoomed.y_lo, plain.peak_bytes / 3);
+            for (v, searching, pinned) in [(&plain, false, None), (&zoomed, false, pinned), (&marked, true, pinned)] {
                 let want = painted_one_by_one(v, 300, searching, pinned);
                 assert_eq!(v.pixels.len(), want.len());
                 let off = v.pixels.iter().zip(&want).filter(|(a, b)| a.abs_diff(**b) > 1).count();
