@@ -62,7 +62,7 @@ pub(crate) fn App() -> impl IntoView {
         }
     };
     // No file open nor loading, and no run: only the invitation to drop files is shown.
-    let idle = move || docs.active().is_none() && !opener.loading() && run.total.get() == 0 && !shown.is(Mode::Ranks);
+    let idle = move || no_file(docs, opener) && run.total.get() == 0 && !shown.is(Mode::Ranks);
     let on_drop = move |e: web_sys::DragEvent| {
         e.prevent_default();
         let Some(dt) = e.data_transfer() else { return };
@@ -135,6 +135,11 @@ fn watch_pixel_ratio(redraw: Redraw) {
     mq.set_onchange(Some(on_change.unchecked_ref()));
 }
 
+/// No file is shown nor loading (tracked).
+fn no_file(docs: Docs, opener: Opener) -> bool {
+    docs.active().is_none() && !opener.loading()
+}
+
 /// The mode switch and the view it shows. The timeline view stays in the page when hidden
 /// (its canvases keep their pictures); the others are made when shown.
 #[component]
@@ -146,11 +151,11 @@ fn Views() -> impl IntoView {
             <RanksView/>
         </Show>
         // A run is open, and no file of it: the way to one.
-        <Show when=move || docs.active().is_none() && !opener.loading() && !shown.is(Mode::Ranks)>
+        <Show when=move || no_file(docs, opener) && !shown.is(Mode::Ranks)>
             <p class="hint" id="no-tab">"No file is open: click a rank in Ranks to open it."</p>
         </Show>
         // Laid out with no file too (hidden, and empty): see `App`.
-        <div class="views" class:idle=move || docs.active().is_none() && !opener.loading()>
+        <div class="views" class:idle=move || no_file(docs, opener)>
             <FileViews/>
         </div>
     }

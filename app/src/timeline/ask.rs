@@ -53,8 +53,8 @@ pub(crate) fn first_view(baseline: bool) -> Option<FirstView> {
 }
 
 /// The first view the timeline will ask for when `tab` opens, where the plot is shown (laid
-/// out, from the start, and not in another mode) and so has its size: asked for ahead ([`Client::prefetch`](crate::client::Client::prefetch))
-/// while the tab is being built.
+/// out, from the start, and not in another mode) and so has its size: asked for ahead
+/// ([`Client::prefetch`](crate::client::Client::prefetch)) while the tab is being built.
 pub(crate) fn first_query(tab: &Tab, baseline: bool) -> Option<ViewQuery> {
     // A new tab's is [`first_view`]'s query, unless a link's view moved it.
     let q = first_view(baseline)?.query(tab.info.doc, tab.device);
