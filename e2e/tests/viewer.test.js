@@ -107,6 +107,11 @@ test('the bundled example opens by itself and draws its timeline', async () => {
   const want = expectedStats('pt25-cs336-fullstep-annotations.pickle', 0);
   const got = await stats();
   for (const [k, v] of Object.entries(want)) assert.equal(got[k], v, `${k}`);
+  // The tab and its statistics come with the load reply, the picture when the worker has
+  // drawn it: wait for the page's own mark, not a fixed settle (a slow moment in CI once
+  // found the plot not drawn yet).
+  await page.waitForFunction(() => (window.memscapeTimings || []).some(x => x[0] === 'first-draw-at'), null, { timeout: 60000 });
+  await settle();
   const px = await pixels('timeline');
   assert.ok(px.painted > 100000, `timeline painted ${px.painted} pixels`);
   assert.ok((await pixels('minimap')).painted > 1000);
