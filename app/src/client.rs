@@ -4,7 +4,9 @@
 //!
 //! A spare worker, its wasm compiled and started, waits for the next file: one is started
 //! with the page and another a moment after each load ends, so that opening a file never
-//! waits for a worker to start.
+//! waits for a worker to start. The page's first worker is started before this code runs, by
+//! the inline script of `index.html` ([`Early`]), and reads the bundled example while this
+//! code is still being compiled.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -27,10 +29,50 @@ thread_local! {
 /// Starts the workers' side and keeps it for [`worker`].
 pub fn install() -> Result<(), JsValue> {
     let c = start()?;
-    // The first file's worker starts with the page (the bundled example's too).
-    c.keep_spare();
+    let early = Early::find();
+    // The first file's worker starts with the page: the one started early, unless it reads
+    // the bundled example (the next spare then comes once that is loaded).
+    let reading = early.as_ref().is_some_and(|e| e.example().is_some());
+    c.0.early.replace(early);
+    if !reading {
+        c.keep_spare();
+    }
     CLIENT.with(|x| *x.borrow_mut() = Some(c));
     Ok(())
+}
+
+/// The load id `index.html`'s script gives the bundled example; the pool's own ids start
+/// after it.
+const EARLY_ID: u32 = 1;
+
+/// The worker that `index.html`'s inline script starts as the page is parsed
+/// (`window.memscapeEarly`), before this code has loaded and compiled. The worker fetches the
+/// bundled example and reads it as load [`EARLY_ID`] by itself (this thread is busy starting
+/// the page meanwhile), and sends the page the example's bytes; the script keeps the
+/// worker's other messages until the page takes the worker over. An offline page has none.
+struct Early(js_sys::Object);
+
+impl Early {
+    fn find() -> Option<Early> {
+        let early = js_sys::Reflect::get(&web_sys::window()?.into(), &JsValue::from_str("memscapeEarly")).ok()?;
+        early.is_object().then(|| Early(early.unchecked_into()))
+    }
+
+    fn get(&self, key: &str) -> JsValue {
+        js_sys::Reflect::get(&self.0, &JsValue::from_str(key)).unwrap_or(JsValue::UNDEFINED)
+    }
+
+    /// The example's bytes to come: a promise of a `Blob`, or of `null` if it could not be
+    /// fetched. `None`: not asked for (the page was opened with `?empty`), or not fetched.
+    fn example(&self) -> Option<js_sys::Promise> {
+        self.get("example").dyn_into().ok()
+    }
+
+    /// A connection to the worker, not yet its listener ([`Conn::take_over`]).
+    fn conn(&self, name: &str, blob: &web_sys::Blob, analysed: &AnalysedHandler) -> Option<Rc<Conn>> {
+        let worker = self.get("worker").dyn_into::<Worker>().ok()?;
+        Some(Conn::new(worker, name, blob, analysed, self.get("at").as_f64().unwrap_or(0.0)))
+    }
 }
 
 /// The page's handle on the workers.
@@ -57,6 +99,9 @@ struct Pool {
     ranks: RefCell<RankPool>,
     /// A started worker that holds no file yet: the next file's.
     spare: RefCell<Option<Rc<Conn>>>,
+    /// The worker started by the page's inline script, until it is taken over: by the
+    /// bundled example's load, else as the spare.
+    early: RefCell<Option<Early>>,
     /// Views asked for ahead of the page (the first view of a file just loaded, while its
     /// tab is being built), one per file at most: the query, and where its answer arrives.
     prefetched: RefCell<HashMap<DocId, (ViewQuery, oneshot::Receiver<Response>)>>,
@@ -145,12 +190,13 @@ fn start() -> Result<Client, JsValue> {
     let boot = web_sys::Url::create_object_url_with_blob(&blob)?;
     Ok(Client(Rc::new(Pool {
         boot,
-        next: Cell::new(1),
+        next: Cell::new(EARLY_ID + 1),
         docs: RefCell::new(HashMap::new()),
         loading: RefCell::new(HashMap::new()),
         analysed: Rc::new(RefCell::new(Vec::new())),
         ranks: RefCell::new(RankPool::default()),
         spare: RefCell::new(None),
+        early: RefCell::new(None),
         prefetched: RefCell::new(HashMap::new()),
         ahead: RefCell::new(HashMap::new()),
     })))
@@ -158,8 +204,15 @@ fn start() -> Result<Client, JsValue> {
 
 impl Conn {
     fn spawn(boot: &str, name: &str, blob: &web_sys::Blob, analysed: &AnalysedHandler) -> Result<Rc<Conn>, JsValue> {
-        let conn = Rc::new(Conn {
-            worker: Worker::new(boot)?,
+        let conn = Conn::new(Worker::new(boot)?, name, blob, analysed, crate::dom::now());
+        conn.listen();
+        Ok(conn)
+    }
+
+    /// A connection to `worker`, started at `spawned`, that does not listen to it yet.
+    fn new(worker: Worker, name: &str, blob: &web_sys::Blob, analysed: &AnalysedHandler, spawned: f64) -> Rc<Conn> {
+        Rc::new(Conn {
+            worker,
             name: RefCell::new(name.to_string()),
             ready: Cell::new(false),
             queue: RefCell::new(Vec::new()),
@@ -171,26 +224,46 @@ impl Conn {
             run: Cell::new(0),
             large: Cell::new(false),
             analysed: analysed.clone(),
-            spawned: crate::dom::now(),
+            spawned,
+        })
+    }
+
+    /// Becomes the early worker's listener, in a task of its own (after the caller's, which
+    /// may still be setting up the load that the messages report on): first the messages it
+    /// sent before, then the next ones as they come.
+    fn take_over(self: &Rc<Self>, early: Early) {
+        let conn = self.clone();
+        wasm_bindgen_futures::spawn_local(async move {
+            conn.listen();
+            let held: js_sys::Array = early.get("messages").dyn_into().unwrap_or_default();
+            for m in held.iter() {
+                conn.receive(m);
+            }
+            if let Some(why) = early.get("error").as_string() {
+                conn.died(&why);
+            }
         });
-        let weak = Rc::downgrade(&conn);
+    }
+
+    /// Hears the worker's messages and its end.
+    fn listen(self: &Rc<Self>) {
+        let weak = Rc::downgrade(self);
         let onmessage = Closure::<dyn Fn(MessageEvent)>::new(move |m: MessageEvent| {
             if let Some(conn) = weak.upgrade() {
                 conn.receive(m.data());
             }
         });
-        conn.worker.set_onmessage(Some(onmessage.as_ref().unchecked_ref()));
+        self.worker.set_onmessage(Some(onmessage.as_ref().unchecked_ref()));
         onmessage.forget();
-        let weak = Rc::downgrade(&conn);
+        let weak = Rc::downgrade(self);
         let onerror = Closure::<dyn Fn(ErrorEvent)>::new(move |e: ErrorEvent| {
             e.prevent_default();
             if let Some(conn) = weak.upgrade() {
                 conn.died(&e.message());
             }
         });
-        conn.worker.set_onerror(Some(onerror.as_ref().unchecked_ref()));
+        self.worker.set_onerror(Some(onerror.as_ref().unchecked_ref()));
         onerror.forget();
-        Ok(conn)
     }
 
     /// Sends a message as postcard bytes.
@@ -398,12 +471,24 @@ impl Client {
             return;
         }
         let Ok(blob) = web_sys::Blob::new() else { return };
-        if let Ok(c) = Conn::spawn(&self.0.boot, "file", &blob, &self.0.analysed) {
+        // The early worker, unless the bundled example is still coming for it.
+        let early = self.0.early.borrow_mut().take_if(|e| e.example().is_none());
+        let adopted = early.as_ref().and_then(|e| e.conn("file", &blob, &self.0.analysed));
+        if let (Some(c), Some(early)) = (&adopted, early) {
+            c.take_over(early);
+        }
+        if let Ok(c) = adopted.map(Ok).unwrap_or_else(|| Conn::spawn(&self.0.boot, "file", &blob, &self.0.analysed)) {
             // Idle until a file comes, it warms up (`engine::warm`): the file then meets
             // optimised code, not the baseline code a fresh worker starts on.
             c.send(&ToWorker::Warm);
             self.0.spare.replace(Some(c));
         }
+    }
+
+    /// The bundled example's bytes as the early worker fetched them: a promise of a `Blob`,
+    /// or of `null` if they could not be fetched. `None` if none were asked for.
+    pub fn early_example(&self) -> Option<js_sys::Promise> {
+        self.0.early.borrow().as_ref().and_then(Early::example)
     }
 
     /// [`Client::keep_spare`] in a moment.
@@ -431,6 +516,17 @@ impl Client {
             }
             on_event(id, event);
         });
+        let example = |e: &mut Early| e.example().is_some() && js_sys::Object::is(&e.get("blob"), blob);
+        let early = self.0.early.borrow_mut().take_if(example);
+        if let Some(early) = early {
+            // The bundled example, which the early worker reads as `EARLY_ID` by itself.
+            if let Some(conn) = early.conn(name, blob, &self.0.analysed) {
+                conn.load.replace(Some((EARLY_ID, handler)));
+                self.0.loading.borrow_mut().insert(EARLY_ID, conn.clone());
+                conn.take_over(early);
+                return EARLY_ID;
+            }
+        }
         let conn = match self.0.take_spare() {
             Some(c) => {
                 // Not ready yet, its queue holds only the warm-up: no time for it now.

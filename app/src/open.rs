@@ -186,7 +186,22 @@ impl Opener {
         if search.contains("empty") {
             return;
         }
-        // Asked for now, before the page is built, so that the bytes are here when it is.
+        // Fetched and read by the worker that the page's script started as the page was
+        // parsed (`client::Early`), which sends its bytes; else asked for now, before the
+        // page is built.
+        if let Some(asked) = worker().early_example() {
+            spawn_local(async move {
+                match wasm_bindgen_futures::JsFuture::from(asked).await {
+                    Ok(b) if b.is_instance_of::<web_sys::Blob>() => {
+                        record("example-fetched-at", now());
+                        self.open_as(b.unchecked_into(), EXAMPLE.to_string(), false, None);
+                    }
+                    // Not fetched: the worker meant for it waits for the next file.
+                    _ => worker().keep_spare(),
+                }
+            });
+            return;
+        }
         let Some(w) = web_sys::window() else { return };
         let asked = w.fetch_with_str(EXAMPLE);
         spawn_local(async move {

@@ -2,8 +2,9 @@
 // served under a sub-path, and everything (page, workers, wasm, the example) loads from there.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { readFileSync, mkdtempSync, cpSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
+import { tmpdir } from 'node:os';
 import { serve, browser, statsOf, CORPUS, DIST } from '../harness.js';
 
 test('dist/ served under a sub-path opens the example with PyTorch\'s figures', async () => {
@@ -31,5 +32,35 @@ test('dist/ served under a sub-path opens the example with PyTorch\'s figures', 
   } finally {
     await ctx.close();
     await srv.close();
+  }
+});
+
+test('a host without the bundled example: the page opens empty, and its early worker reads the first file', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'memscape-no-example-'));
+  cpSync(DIST, dir, { recursive: true, filter: f => !f.endsWith('cs336-fullstep.pickle') });
+  const srv = await serve(dir);
+  const ctx = await browser();
+  const errors = [];
+  const page = await ctx.newPage();
+  page.on('pageerror', e => errors.push(e.message));
+  try {
+    await page.goto(srv.url);
+    await page.waitForFunction(() => (window.memscapeTimings || []).some(x => x[0] === 'worker-ready'), null, { timeout: 60000 });
+    assert.match(await page.locator('.empty').textContent(), /Drop PyTorch memory snapshots/);
+    assert.equal(await page.locator('.tab').count(), 0);
+    // The worker started for the example (before the page's code) is the spare: no other
+    // was started for the first file.
+    assert.equal(page.workers().length, 1, `${page.workers().length} workers before the first file`);
+    const f = 'pt20-flexgen-opt1.3b-history.pickle';
+    await page.setInputFiles('#file-input', join(CORPUS, f));
+    await page.waitForFunction(n => document.querySelector('#stats .file-line')?.textContent.startsWith(n + ' '), f, { timeout: 60000 });
+    const exp = JSON.parse(readFileSync(join(CORPUS, 'expected', `${f}.json`), 'utf8'));
+    assert.equal((await statsOf(page)).total_reserved, exp.segsum.total_reserved);
+    assert.equal(await page.locator('#error').count(), 0);
+    assert.deepEqual(errors, []);
+  } finally {
+    await ctx.close();
+    await srv.close();
+    rmSync(dir, { recursive: true, force: true });
   }
 });

@@ -119,6 +119,16 @@ test('the bundled example opens by itself and draws its timeline', async () => {
   // background, after the first picture).
   await page.waitForFunction(() => /999 segments/.test(document.querySelector('#state-summary').textContent), null, { timeout: 30000 });
   await shot('01-example');
+  // Its worker was started, and asked for its bytes, as the page was parsed, before the
+  // page's own code had started (index.html's script); the bytes were fetched once.
+  const started = (await page.evaluate(() => window.memscapeTimings.find(x => x[0] === 'app-start-at')))[1];
+  const origin = await page.evaluate(() => performance.timeOrigin);
+  const fetches = p => p.evaluate(n => [performance.timeOrigin, performance.getEntriesByType('resource')
+    .filter(e => new URL(e.name).pathname.endsWith(`/${n}`)).map(e => e.startTime)], EXAMPLE);
+  const seen = await Promise.all([page, ...page.workers()].map(fetches));
+  const at = seen.flatMap(([o, times]) => times.map(t => o - origin + t));
+  assert.equal(at.length, 1, `the example fetched ${at.length} times`);
+  assert.ok(at[0] < started, `the example asked for at ${at[0]} ms, the page's code started at ${started} ms`);
 });
 
 test('every corpus file opens through the file input with PyTorch\'s statistics', async () => {
