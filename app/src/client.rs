@@ -3,10 +3,11 @@
 //! out as postcard bytes and come back as futures; loads report progress through a callback.
 //!
 //! A spare worker, its wasm compiled and started, waits for the next file: one is started
-//! with the page and another a moment after each load ends, so that opening a file never
-//! waits for a worker to start. The page's first worker is started before this code runs, by
-//! the inline script of `index.html` ([`Early`]), and reads the bundled example while this
-//! code is still being compiled.
+//! with the page (unless the first worker reads the bundled example: then once that is read)
+//! and another a moment after each load ends, so that opening a file never waits for a worker
+//! to start. The page's first worker is started before this code runs, by the inline script
+//! of `index.html` ([`Early`]), and reads the bundled example while this code is still being
+//! compiled.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -32,7 +33,8 @@ pub fn install() -> Result<(), JsValue> {
     let early = Early::find();
     // The first file's worker starts with the page: the one started early, unless it reads
     // the bundled example (the next spare then comes once that is loaded).
-    let reading = early.as_ref().is_some_and(|e| e.example().is_some());
+    let reading = early.as_ref().is_some_and(Early::reads_example);
+    c.0.example.replace(early.as_ref().and_then(Early::example));
     c.0.early.replace(early);
     if !reading {
         c.keep_spare();
@@ -62,10 +64,16 @@ impl Early {
         js_sys::Reflect::get(&self.0, &JsValue::from_str(key)).unwrap_or(JsValue::UNDEFINED)
     }
 
-    /// The example's bytes to come: a promise of a `Blob`, or of `null` if it could not be
-    /// fetched. `None`: not asked for (the page was opened with `?empty`), or not fetched.
+    /// The example's bytes to come: a promise of a `Blob`, or of `null` if they could not be
+    /// fetched (or the worker did not start). `None`: not asked for (`?empty`).
     fn example(&self) -> Option<js_sys::Promise> {
         self.get("example").dyn_into().ok()
+    }
+
+    /// Whether the worker reads (or will read) the example: it was asked for, and it has not
+    /// been found missing.
+    fn reads_example(&self) -> bool {
+        self.example().is_some() && !(self.get("fetched").is_truthy() && self.get("blob").is_null())
     }
 
     /// A connection to the worker, not yet its listener ([`Conn::take_over`]).
@@ -102,6 +110,8 @@ struct Pool {
     /// The worker started by the page's inline script, until it is taken over: by the
     /// bundled example's load, else as the spare.
     early: RefCell<Option<Early>>,
+    /// The bundled example's bytes as that worker fetches them ([`Early::example`]).
+    example: RefCell<Option<js_sys::Promise>>,
     /// Views asked for ahead of the page (the first view of a file just loaded, while its
     /// tab is being built), one per file at most: the query, and where its answer arrives.
     prefetched: RefCell<HashMap<DocId, (ViewQuery, oneshot::Receiver<Response>)>>,
@@ -168,11 +178,14 @@ struct Conn {
 /// (`worker.js` and `worker_bg.wasm`); a tiny boot script from a `blob:` URL loads it, so the
 /// same code works when the page is served from any path.
 /// In an offline page (see the `offline` crate) the boot script holds the worker's code and
-/// its wasm (base64) itself: the page has nothing to load them from.
+/// its wasm (base64) itself: the page has nothing to load them from. Wasm that fails to start
+/// is thrown again outside its promise, as the worker's error event ([`Conn::died`]), instead
+/// of leaving the file waiting.
 fn start() -> Result<Client, JsValue> {
+    const FAILED: &str = ".catch(e => setTimeout(() => { throw e; }));";
     let boot = match (crate::save::embedded(offline::WORKER_JS), crate::save::embedded_text(offline::WORKER_WASM)) {
         (Some(js), Some(wasm)) => format!(
-            "{}\nwasm_bindgen({{ module_or_path: Uint8Array.from(atob('{}'), c => c.charCodeAt(0)) }});",
+            "{}\nwasm_bindgen({{ module_or_path: Uint8Array.from(atob('{}'), c => c.charCodeAt(0)) }}){FAILED}",
             String::from_utf8_lossy(&js),
             wasm.trim()
         ),
@@ -180,7 +193,9 @@ fn start() -> Result<Client, JsValue> {
             let doc = web_sys::window().ok_or("no window")?.document().ok_or("no document")?;
             let base = doc.base_uri()?.unwrap_or_default();
             let base = base.rsplit_once('/').map_or(base.clone(), |(b, _)| format!("{b}/"));
-            format!("importScripts('{base}worker.js'); wasm_bindgen({{ module_or_path: '{base}worker_bg.wasm' }});")
+            format!(
+                "importScripts('{base}worker.js'); wasm_bindgen({{ module_or_path: '{base}worker_bg.wasm' }}){FAILED}"
+            )
         }
     };
     let parts = js_sys::Array::of1(&JsValue::from_str(&boot));
@@ -197,6 +212,7 @@ fn start() -> Result<Client, JsValue> {
         ranks: RefCell::new(RankPool::default()),
         spare: RefCell::new(None),
         early: RefCell::new(None),
+        example: RefCell::new(None),
         prefetched: RefCell::new(HashMap::new()),
         ahead: RefCell::new(HashMap::new()),
     })))
@@ -241,6 +257,11 @@ impl Conn {
             }
             if let Some(why) = early.get("error").as_string() {
                 conn.died(&why);
+            }
+            // The script's hold on the worker, its messages and the example's bytes goes (a
+            // closed tab's file is not kept by it).
+            for key in ["worker", "messages", "blob"] {
+                let _ = js_sys::Reflect::set(&early.0, &JsValue::from_str(key), &JsValue::NULL);
             }
         });
     }
@@ -471,8 +492,8 @@ impl Client {
             return;
         }
         let Ok(blob) = web_sys::Blob::new() else { return };
-        // The early worker, unless the bundled example is still coming for it.
-        let early = self.0.early.borrow_mut().take_if(|e| e.example().is_none());
+        // The early worker, unless it reads the bundled example.
+        let early = self.0.early.borrow_mut().take_if(|e| !e.reads_example());
         let adopted = early.as_ref().and_then(|e| e.conn("file", &blob, &self.0.analysed));
         if let (Some(c), Some(early)) = (&adopted, early) {
             c.take_over(early);
@@ -488,7 +509,7 @@ impl Client {
     /// The bundled example's bytes as the early worker fetched them: a promise of a `Blob`,
     /// or of `null` if they could not be fetched. `None` if none were asked for.
     pub fn early_example(&self) -> Option<js_sys::Promise> {
-        self.0.early.borrow().as_ref().and_then(Early::example)
+        self.0.example.borrow().clone()
     }
 
     /// [`Client::keep_spare`] in a moment.
@@ -516,7 +537,7 @@ impl Client {
             }
             on_event(id, event);
         });
-        let example = |e: &mut Early| e.example().is_some() && js_sys::Object::is(&e.get("blob"), blob);
+        let example = |e: &mut Early| e.reads_example() && js_sys::Object::is(&e.get("blob"), blob);
         let early = self.0.early.borrow_mut().take_if(example);
         if let Some(early) = early {
             // The bundled example, which the early worker reads as `EARLY_ID` by itself.

@@ -2,7 +2,7 @@
 // served under a sub-path, and everything (page, workers, wasm, the example) loads from there.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync, mkdtempSync, cpSync, rmSync } from 'node:fs';
+import { readFileSync, writeFileSync, mkdtempSync, cpSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
 import { serve, browser, statsOf, CORPUS, DIST } from '../harness.js';
@@ -58,6 +58,31 @@ test('a host without the bundled example: the page opens empty, and its early wo
     assert.equal((await statsOf(page)).total_reserved, exp.segsum.total_reserved);
     assert.equal(await page.locator('#error').count(), 0);
     assert.deepEqual(errors, []);
+  } finally {
+    await ctx.close();
+    await srv.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('a worker whose wasm cannot start says so on the page, instead of leaving a file loading', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'memscape-bad-worker-'));
+  cpSync(DIST, dir, { recursive: true });
+  writeFileSync(join(dir, 'worker_bg.wasm'), Buffer.from('not wasm at all'));
+  const srv = await serve(dir);
+  const ctx = await browser();
+  const page = await ctx.newPage();
+  try {
+    // The bundled example fails, or, if the worker failed before its bytes came, is not
+    // opened; either way a file chosen next says why it cannot be read.
+    await page.goto(srv.url);
+    await page.waitForFunction(() => (window.memscapeTimings || []).some(x => x[0] === 'ahead-asked-at') || document.querySelector('#error'), null, { timeout: 60000 }).catch(() => {});
+    const f = 'pt20-flexgen-opt1.3b-history.pickle';
+    await page.setInputFiles('#file-input', join(CORPUS, f));
+    await page.waitForFunction(n => document.querySelector('#error')?.textContent.includes(n), f, { timeout: 60000 });
+    const said = await page.locator('#error').textContent();
+    assert.match(said, new RegExp(`${f.replace(/\./g, '\\.')}: the viewer's worker for this file stopped \\(.*CompileError`));
+    assert.equal(await page.locator('.tab').count(), 0);
   } finally {
     await ctx.close();
     await srv.close();

@@ -211,13 +211,15 @@ test('a file opened while the bundled example still loads keeps the focus', asyn
   const p2 = await ctx.newPage();
   p2.on('pageerror', e => { throw e; });
   // Hold the example back so that it finishes after the user's file.
-  let release;
+  let release, routed = 0;
   const held = new Promise(r => { release = r; });
-  await p2.route(`**/${EXAMPLE}`, async route => { await held; await route.continue(); });
+  // (Fetched by the page's first worker: a dedicated worker's requests are routed too.)
+  await p2.route(`**/${EXAMPLE}`, async route => { routed++; await held; await route.continue(); });
   await p2.goto(srv.url);
   const mine = 'pt24-linear-tiny.pkl';
   await p2.setInputFiles('#file-input', join(CORPUS, mine));
   await p2.waitForFunction(n => document.querySelector('.tab.active .tab-name')?.textContent === n, mine);
+  assert.equal(routed, 1, 'the example was held back');
   release();
   await p2.waitForFunction(() => document.querySelectorAll('.tab').length === 2, null, { timeout: 60000 });
   await p2.waitForTimeout(300);
