@@ -45,7 +45,7 @@ pub fn install() -> Result<(), JsValue> {
 
 /// The load id `index.html`'s script gives the bundled example; the pool's own ids start
 /// after it.
-const EARLY_ID: u32 = 1;
+pub const EARLY_ID: u32 = 1;
 
 /// The worker that `index.html`'s inline script starts as the page is parsed
 /// (`window.memscapeEarly`), before this code has loaded and compiled. The worker fetches the
@@ -74,6 +74,14 @@ impl Early {
     /// been found missing.
     fn reads_example(&self) -> bool {
         self.example().is_some() && !(self.get("fetched").is_truthy() && self.get("blob").is_null())
+    }
+
+    /// Sends the worker a message before it is taken over (its script holds it until the
+    /// worker's code listens).
+    fn send(&self, msg: &ToWorker) {
+        if let (Ok(worker), Some(bytes)) = (self.get("worker").dyn_into::<Worker>(), encoded(msg)) {
+            let _ = worker.post_message(&bytes);
+        }
     }
 
     /// A connection to the worker, not yet its listener ([`Conn::take_over`]).
@@ -118,6 +126,9 @@ struct Pool {
     /// First views asked for while their files are read ([`Client::ahead`]), by load: the
     /// view, and where its answer arrives. Prefetched once the file is loaded.
     ahead: RefCell<HashMap<u32, (FirstView, oneshot::Receiver<Response>)>>,
+    /// The first view asked of the early worker before it was taken over: the request's id
+    /// and where its answer goes, for the connection that takes it over.
+    early_ahead: RefCell<Option<(u32, oneshot::Sender<Response>)>>,
 }
 
 /// How long after a load ends the next spare worker starts (ms): the new file's first
@@ -174,6 +185,11 @@ struct Conn {
     spawned: f64,
 }
 
+/// A message to a worker as it travels: postcard bytes.
+fn encoded(msg: &ToWorker) -> Option<JsValue> {
+    postcard::to_allocvec(msg).ok().map(|bytes| js_sys::Uint8Array::from(bytes.as_slice()).into())
+}
+
 /// Prepares the workers' boot script. Their code is built by Trunk next to the page
 /// (`worker.js` and `worker_bg.wasm`); a tiny boot script from a `blob:` URL loads it, so the
 /// same code works when the page is served from any path.
@@ -193,8 +209,11 @@ fn start() -> Result<Client, JsValue> {
             let doc = web_sys::window().ok_or("no window")?.document().ok_or("no document")?;
             let base = doc.base_uri()?.unwrap_or_default();
             let base = base.rsplit_once('/').map_or(base.clone(), |(b, _)| format!("{b}/"));
+            // The wasm is asked for while the code loads (`importScripts` is synchronous), as
+            // in the page's early worker (`index.html`).
             format!(
-                "importScripts('{base}worker.js'); wasm_bindgen({{ module_or_path: '{base}worker_bg.wasm' }}){FAILED}"
+                "const wasmAsked = fetch('{base}worker_bg.wasm'); wasmAsked.catch(() => {{}});\n\
+                 importScripts('{base}worker.js'); wasm_bindgen({{ module_or_path: wasmAsked }}){FAILED}"
             )
         }
     };
@@ -213,6 +232,7 @@ fn start() -> Result<Client, JsValue> {
         spare: RefCell::new(None),
         early: RefCell::new(None),
         example: RefCell::new(None),
+        early_ahead: RefCell::new(None),
         prefetched: RefCell::new(HashMap::new()),
         ahead: RefCell::new(HashMap::new()),
     })))
@@ -289,8 +309,8 @@ impl Conn {
 
     /// Sends a message as postcard bytes.
     fn send(&self, msg: &ToWorker) {
-        if let Ok(bytes) = postcard::to_allocvec(msg) {
-            self.post(js_sys::Uint8Array::from(bytes.as_slice()).into());
+        if let Some(bytes) = encoded(msg) {
+            self.post(bytes);
         }
     }
 
@@ -467,12 +487,26 @@ impl Client {
     /// read, so that it draws it while the page is busy (building the tab, or the page
     /// itself) instead of waiting for the page to ask; once the file is loaded, the answer
     /// is the prefetched view for the query the page will make ([`FirstView::query`]).
+    ///
+    /// The bundled example's first view can be asked for before its bytes have come
+    /// (`EARLY_ID`, the early worker reads them by itself): as soon as the page is laid out.
     pub fn ahead(&self, load: u32, first: FirstView) {
-        let Some(conn) = self.0.loading.borrow().get(&load).cloned() else { return };
+        if self.0.ahead.borrow().get(&load).is_some_and(|(asked, _)| *asked == first) {
+            return;
+        }
         let id = self.0.id();
         let (tx, rx) = oneshot::channel();
-        conn.pending.borrow_mut().insert(id, tx);
-        conn.send(&ToWorker::Ahead { id, first: first.clone() });
+        let msg = ToWorker::Ahead { id, load, first: first.clone() };
+        let early = self.0.early.borrow();
+        if let Some(conn) = self.0.loading.borrow().get(&load) {
+            conn.pending.borrow_mut().insert(id, tx);
+            conn.send(&msg);
+        } else if let Some(e) = early.as_ref().filter(|e| load == EARLY_ID && e.reads_example()) {
+            e.send(&msg);
+            self.0.early_ahead.replace(Some((id, tx)));
+        } else {
+            return;
+        }
         crate::dom::record("ahead-asked-at", crate::dom::now());
         self.0.ahead.borrow_mut().insert(load, (first, rx));
     }
@@ -496,9 +530,16 @@ impl Client {
         let early = self.0.early.borrow_mut().take_if(|e| !e.reads_example());
         let adopted = early.as_ref().and_then(|e| e.conn("file", &blob, &self.0.analysed));
         if let (Some(c), Some(early)) = (&adopted, early) {
+            // A first view asked of it ahead is for the example, which never came.
+            self.0.early_ahead.take();
+            self.0.ahead.borrow_mut().remove(&EARLY_ID);
             c.take_over(early);
         }
-        if let Ok(c) = adopted.map(Ok).unwrap_or_else(|| Conn::spawn(&self.0.boot, "file", &blob, &self.0.analysed)) {
+        let started = match adopted {
+            Some(c) => Ok(c),
+            None => Conn::spawn(&self.0.boot, "file", &blob, &self.0.analysed),
+        };
+        if let Ok(c) = started {
             // Idle until a file comes, it warms up (`engine::warm`): the file then meets
             // optimised code, not the baseline code a fresh worker starts on.
             c.send(&ToWorker::Warm);
@@ -542,6 +583,9 @@ impl Client {
         if let Some(early) = early {
             // The bundled example, which the early worker reads as `EARLY_ID` by itself.
             if let Some(conn) = early.conn(name, blob, &self.0.analysed) {
+                if let Some((id, tx)) = self.0.early_ahead.take() {
+                    conn.pending.borrow_mut().insert(id, tx);
+                }
                 conn.load.replace(Some((EARLY_ID, handler)));
                 self.0.loading.borrow_mut().insert(EARLY_ID, conn.clone());
                 conn.take_over(early);

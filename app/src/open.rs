@@ -10,7 +10,7 @@ use leptos::prelude::*;
 use leptos::task::spawn_local;
 use wasm_bindgen::JsCast;
 
-use crate::client::worker;
+use crate::client::{worker, EARLY_ID};
 use crate::dom::{now, record};
 use crate::state::{Messages, Nav, Plot, Selection, Tab};
 use crate::url::Restore;
@@ -190,7 +190,11 @@ impl Opener {
         // parsed (`client::Early`), which sends its bytes; else asked for now, before the
         // page is built.
         if let Some(asked) = worker().early_example() {
+            let ahead = self.ahead(EXAMPLE.to_string(), false);
             spawn_local(async move {
+                // The page is built and laid out by now, and the bytes may not have come: the
+                // worker is asked for the example's first view at once, not once they have.
+                ahead(EARLY_ID);
                 match wasm_bindgen_futures::JsFuture::from(asked).await {
                     Ok(b) if b.is_instance_of::<web_sys::Blob>() => {
                         record("example-fetched-at", now());

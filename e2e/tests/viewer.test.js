@@ -129,6 +129,12 @@ test('the bundled example opens by itself and draws its timeline', async () => {
   const at = seen.flatMap(([o, times]) => times.map(t => o - origin + t));
   assert.equal(at.length, 1, `the example fetched ${at.length} times`);
   assert.ok(at[0] < started, `the example asked for at ${at[0]} ms, the page's code started at ${started} ms`);
+  // Its first view was asked of that worker as soon as the page was laid out, before the
+  // page had the bytes (the worker reads them by itself): it does not wait for the page.
+  const mark = m => page.evaluate(m => window.memscapeTimings.find(x => x[0] === m)?.[1], m);
+  const [asked, arrived] = [await mark('ahead-asked-at'), await mark('example-fetched-at')];
+  assert.ok(asked <= arrived, `its first view asked for at ${asked} ms, its bytes on the page at ${arrived} ms`);
+  assert.ok(await mark('ahead-used'), 'the first view drawn was the one asked for ahead');
 });
 
 test('every corpus file opens through the file input with PyTorch\'s statistics', async () => {

@@ -156,9 +156,12 @@ pub enum ToWorker {
     /// The first view the page will ask of the file this worker is reading: drawn as soon
     /// as the file is read (or at once, if it is), answered as request `id`. The page's
     /// thread may be busy when the file is read (building the page, or the views it lays
-    /// out while the file loads); the worker need not wait for it to ask.
+    /// out while the file loads); the worker need not wait for it to ask. For load `load`
+    /// only: a worker that reads another file ignores it (the page's early worker can be
+    /// asked before its file has arrived, and become the spare if it never does).
     Ahead {
         id: u32,
+        load: u32,
         first: FirstView,
     },
 }

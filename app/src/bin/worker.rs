@@ -47,7 +47,7 @@ struct Worker {
     /// A spare worker's warm-up, in the background slices until a file comes.
     warm: RefCell<Option<Warmup>>,
     /// The first view the page asked for ahead ([`ToWorker::Ahead`]) while the file was read.
-    ahead: RefCell<Option<(u32, FirstView)>>,
+    ahead: RefCell<Option<(u32, u32, FirstView)>>,
     /// The file this worker read, and the device its tab shows first: what an `Ahead` is
     /// drawn for.
     loaded: Cell<Option<(DocId, u32)>>,
@@ -139,8 +139,10 @@ impl Worker {
         self.send(&FromWorker::Load { id, event });
         // Right after the reply: the page builds the tab while this draws its first view.
         self.loaded.set(loaded);
-        if let (Some((doc, device)), Some((asked, first))) = (loaded, self.ahead.take()) {
-            self.answer(asked, Request::View(first.query(doc, device)));
+        if let (Some((doc, device)), Some((asked, load, first))) = (loaded, self.ahead.take()) {
+            if load == doc {
+                self.answer(asked, Request::View(first.query(doc, device)));
+            }
         }
     }
 
@@ -252,10 +254,11 @@ impl Worker {
         let bytes = js_sys::Uint8Array::new(&data).to_vec();
         match postcard::from_bytes::<ToWorker>(&bytes) {
             Ok(ToWorker::Request { id, request }) => self.answer(id, request),
-            Ok(ToWorker::Ahead { id, first }) => match self.loaded.get() {
-                Some((doc, device)) => self.answer(id, Request::View(first.query(doc, device))),
+            Ok(ToWorker::Ahead { id, load, first }) => match self.loaded.get() {
+                Some((doc, device)) if doc == load => self.answer(id, Request::View(first.query(doc, device))),
+                Some(_) => {}
                 None => {
-                    self.ahead.replace(Some((id, first)));
+                    self.ahead.replace(Some((id, load, first)));
                 }
             },
             Ok(ToWorker::Warm) => {
