@@ -74,9 +74,13 @@ test('a worker whose wasm cannot start says so on the page, instead of leaving a
   const page = await ctx.newPage();
   try {
     // The bundled example fails, or, if the worker failed before its bytes came, is not
-    // opened; either way a file chosen next says why it cannot be read.
+    // opened; either way a file chosen next says why it cannot be read. Chosen once the
+    // example's fate is settled, so that its message cannot replace the file's.
     await page.goto(srv.url);
-    await page.waitForFunction(() => (window.memscapeTimings || []).some(x => x[0] === 'ahead-asked-at') || document.querySelector('#error'), null, { timeout: 60000 }).catch(() => {});
+    await page.waitForFunction(() => {
+      const e = window.memscapeEarly;
+      return e?.fetched && (e.blob === null || document.querySelector('#error'));
+    }, null, { timeout: 60000 });
     const f = 'pt20-flexgen-opt1.3b-history.pickle';
     await page.setInputFiles('#file-input', join(CORPUS, f));
     await page.waitForFunction(n => document.querySelector('#error')?.textContent.includes(n), f, { timeout: 60000 });
