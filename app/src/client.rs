@@ -124,12 +124,16 @@ struct Pool {
     /// tab is being built), one per file at most: the query, and where its answer arrives.
     prefetched: RefCell<HashMap<DocId, (ViewQuery, oneshot::Receiver<Response>)>>,
     /// First views asked for while their files are read ([`Client::ahead`]), by load: the
-    /// view, and where its answer arrives. Prefetched once the file is loaded.
-    ahead: RefCell<HashMap<u32, (FirstView, oneshot::Receiver<Response>)>>,
+    /// request's id, the view, and where its answer arrives. Prefetched once the file is
+    /// loaded.
+    ahead: RefCell<HashMap<u32, Ahead>>,
     /// The first view asked of the early worker before it was taken over: the request's id
     /// and where its answer goes, for the connection that takes it over.
     early_ahead: RefCell<Option<(u32, oneshot::Sender<Response>)>>,
 }
+
+/// A first view asked for ahead: the request's id, the view, and where its answer arrives.
+type Ahead = (u32, FirstView, oneshot::Receiver<Response>);
 
 /// How long after a load ends the next spare worker starts (ms): the new file's first
 /// views and draws go first.
@@ -412,7 +416,7 @@ impl Pool {
     /// answer instead of asking again); a load that failed drops it.
     fn ahead_ended(&self, id: u32, event: &LoadEvent) {
         let ahead = self.ahead.borrow_mut().remove(&id);
-        if let (Some((first, rx)), LoadEvent::Loaded(info)) = (ahead, event) {
+        if let (Some((_, first, rx)), LoadEvent::Loaded(info)) = (ahead, event) {
             self.prefetched.borrow_mut().insert(info.doc, (first.query(info.doc, info.first_device()), rx));
         }
     }
@@ -491,7 +495,8 @@ impl Client {
     /// The bundled example's first view can be asked for before its bytes have come
     /// (`EARLY_ID`, the early worker reads them by itself): as soon as the page is laid out.
     pub fn ahead(&self, load: u32, first: FirstView) {
-        if self.0.ahead.borrow().get(&load).is_some_and(|(asked, _)| *asked == first) {
+        let before = self.0.ahead.borrow().get(&load).map(|(id, asked, _)| (*id, *asked == first));
+        if let Some((_, true)) = before {
             return;
         }
         let id = self.0.id();
@@ -499,6 +504,11 @@ impl Client {
         let msg = ToWorker::Ahead { id, load, first: first.clone() };
         let early = self.0.early.borrow();
         if let Some(conn) = self.0.loading.borrow().get(&load) {
+            // A view asked for before (the plot has changed since) is nobody's now: the
+            // worker may never answer it (it keeps the last one asked for).
+            if let Some((old, _)) = before {
+                conn.pending.borrow_mut().remove(&old);
+            }
             conn.pending.borrow_mut().insert(id, tx);
             conn.send(&msg);
         } else if let Some(e) = early.as_ref().filter(|e| load == EARLY_ID && e.reads_example()) {
@@ -508,7 +518,7 @@ impl Client {
             return;
         }
         crate::dom::record("ahead-asked-at", crate::dom::now());
-        self.0.ahead.borrow_mut().insert(load, (first, rx));
+        self.0.ahead.borrow_mut().insert(load, (id, first, rx));
     }
 
     /// Drops the prefetched view of `doc`, whose tab opened behind another: nobody will ask

@@ -1,6 +1,8 @@
 //! A spare worker's warm-up: it opens a small generated snapshot the way a real file is
 //! opened (read in slices, finished, its first views, the minimap, the event list, a hover,
-//! some background analysis) and then forgets it.
+//! some background analysis) and then forgets it. The messages a file's worker would send
+//! meanwhile are handed to the worker to encode and drop, so that the code that sends a
+//! file's answers is warm too.
 //!
 //! Why: a worker's wasm starts on V8's baseline code (Liftoff), which runs the reader and
 //! the level-of-detail sweep 3 to 5 times slower than the optimised code (TurboFan) that a
@@ -15,7 +17,7 @@
 
 use snapshot::synth;
 
-use crate::protocol::{Kind, PaletteVm, Request, ViewQuery};
+use crate::protocol::{FromWorker, Kind, LoadEvent, PaletteVm, Request, Response, ViewQuery};
 use crate::{Engine, Loading};
 
 /// The generated snapshot's size: enough that every hot function of the open runs long
@@ -83,8 +85,10 @@ impl Warmup {
         self.steps
     }
 
-    /// Takes one step; false once the warm-up is over (its snapshot dropped).
-    pub fn step(&mut self) -> bool {
+    /// Takes one step; false once the warm-up is over (its snapshot dropped). What a file's
+    /// worker would send at this step goes to `sent` (its load's progress and end, the
+    /// answers to its requests).
+    pub fn step(&mut self, sent: &mut impl FnMut(&FromWorker)) -> bool {
         if matches!(self.stage, Stage::Done) {
             return false;
         }
@@ -98,6 +102,8 @@ impl Warmup {
             }
             Stage::Read { bytes, at, mut loading } => {
                 let end = (at + SLICE).min(bytes.len());
+                let (read, total) = (end as u64, bytes.len() as u64);
+                sent(&FromWorker::Load { id: DOC, event: LoadEvent::Progress { bytes: read, total } });
                 match loading.feed(&bytes[at..end]) {
                     Err(_) => Stage::Done,
                     Ok(()) if end < bytes.len() => Stage::Read { bytes, at: end, loading },
@@ -108,12 +114,14 @@ impl Warmup {
                 Ok(info) => {
                     let device = info.first_device();
                     let entries = info.devices.iter().find(|d| d.device == device).map_or(0, |d| d.entries) as f64;
+                    sent(&FromWorker::Load { id: DOC, event: LoadEvent::Loaded(info) });
                     Stage::View { i: 0, device, entries }
                 }
                 Err(_) => Stage::Done,
             },
             Stage::View { i, device, entries } => {
-                self.view(i, device, entries);
+                let response = self.view(i, device, entries);
+                sent(&FromWorker::Reply { id: u32::from(i), response });
                 if i + 1 < VIEWS {
                     Stage::View { i: i + 1, device, entries }
                 } else {
@@ -138,8 +146,8 @@ impl Warmup {
 
     /// The requests a page makes on opening a file: its first view from the baseline, the
     /// minimap's totals, the first rows of the event list, the allocator's state and a
-    /// hover; then views zoomed in on one part and another.
-    fn view(&mut self, i: u8, device: u32, entries: f64) {
+    /// hover; then views zoomed in on one part and another. Returns the answer.
+    fn view(&mut self, i: u8, device: u32, entries: f64) -> Response {
         let doc = DOC;
         // The first calls run on baseline code, each function compiled as it is first
         // called: the first views are a quarter of the size, so no step is long.
@@ -176,22 +184,38 @@ impl Warmup {
                 Request::View(query(false, start, start + entries / 2.0))
             }
         };
-        let _ = self.engine.handle(request);
+        self.engine.handle(request)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::Response;
 
     /// The warm-up opens its snapshot and draws it (a warm-up that failed early would warm
-    /// nothing up), then ends with nothing kept.
+    /// nothing up), hands over what a file's worker would send, then ends with nothing kept.
     #[test]
     fn the_warm_up_reads_and_draws_its_snapshot_then_forgets_it() {
         let mut w = Warmup::new();
         let mut drawn = false;
-        while w.step() {
+        let (mut progress, mut loaded, mut replies, mut pictures) = (0, 0, 0, 0);
+        let mut sent = |m: &FromWorker| match m {
+            FromWorker::Load { event: LoadEvent::Progress { bytes, total }, .. } => {
+                assert!(bytes <= total);
+                progress += 1;
+            }
+            FromWorker::Load { event: LoadEvent::Loaded(info), .. } => {
+                assert!(info.devices.iter().any(|d| d.entries > 0), "the generated snapshot has a trace");
+                loaded += 1;
+            }
+            FromWorker::Reply { response, .. } => {
+                assert!(!matches!(response, Response::Error(_)), "a request of the warm-up failed: {response:?}");
+                replies += 1;
+                pictures += usize::from(matches!(response, Response::View(v) if !v.pixels.is_empty()));
+            }
+            other => panic!("not a message of a file's load: {other:?}"),
+        };
+        while w.step(&mut sent) {
             assert!(w.steps() < 1_000, "the warm-up does not end");
             if let Stage::View { i: 1, device, .. } = w.stage {
                 let doc = w.engine.handle(Request::Events { doc: DOC, device, first: 0, count: 1 });
@@ -199,10 +223,15 @@ mod tests {
                 drawn = w.engine.docs.get(&DOC).is_some_and(|d| d.lanes.values().any(|l| !l.drawn.is_empty()));
             }
         }
+        assert_eq!(loaded, 1, "its load ends once");
+        assert!(progress >= 400_000 / SLICE, "its progress is told at each slice ({progress})");
+        assert_eq!(replies, usize::from(VIEWS), "every request is answered");
+        // Every view but the minimap's totals (the other three requests are not views).
+        assert_eq!(pictures, usize::from(VIEWS) - 4, "its views are pictures");
         assert!(drawn, "the first view drew bands");
         let slices = (w.steps() as usize).saturating_sub(3 + VIEWS as usize);
         assert!(slices >= 400_000 / SLICE, "read in slices of {SLICE} bytes, one a step ({} steps)", w.steps());
         assert!(w.engine.docs.is_empty(), "nothing is kept once done");
-        assert!(!w.step(), "a finished warm-up stays finished");
+        assert!(!w.step(&mut |_| {}), "a finished warm-up stays finished");
     }
 }
