@@ -123,6 +123,18 @@ async fn callback_promise(call: impl FnOnce(&js_sys::Function, &js_sys::Function
     wasm_bindgen_futures::JsFuture::from(p).await.ok()
 }
 
+/// Runs `f` once the page is idle, and at the latest after `ms` (a browser without idle
+/// callbacks: after `ms`).
+pub(crate) fn when_idle(ms: u32, f: impl FnOnce() + 'static) {
+    let Some(w) = web_sys::window() else { return };
+    let f = Closure::once_into_js(f);
+    let opts = web_sys::IdleRequestOptions::new();
+    opts.set_timeout(ms);
+    if w.request_idle_callback_with_options(f.unchecked_ref(), &opts).is_err() {
+        let _ = w.set_timeout_with_callback_and_timeout_and_arguments_0(f.unchecked_ref(), ms as i32);
+    }
+}
+
 pub(crate) fn storage() -> Option<web_sys::Storage> {
     web_sys::window()?.local_storage().ok().flatten()
 }

@@ -16,23 +16,35 @@ const RULES_KEY: &str = "memscape.rules";
 pub(crate) struct UserRules {
     rules: RwSignal<Rules>,
     version: RwSignal<u32>,
+    /// The user has set rules on this page (the saved ones, read later, then do not count).
+    edited: StoredValue<bool>,
 }
 
+/// The longest the saved rules wait for the page to be idle (ms).
+const READ_MS: u32 = 1000;
+
 impl UserRules {
-    /// The saved rules; whenever they or the open files change, every worker gets them.
+    /// The rules: none until the saved ones are read, once the page is first idle (the
+    /// first look into localStorage took 3 to 12 ms on a fresh profile, which the page's
+    /// first view need not wait for). Whenever they or the open files change, every worker
+    /// gets them (a worker whose rules did not change keeps its analyses).
     pub(crate) fn new(docs: Docs, messages: Messages) -> UserRules {
-        let saved = storage()
-            .and_then(|st| st.get_item(RULES_KEY).ok().flatten())
-            .and_then(|t| Rules::from_json(&t).ok())
-            .unwrap_or_default();
-        let u = UserRules { rules: RwSignal::new(saved), version: RwSignal::new(0) };
+        let u = UserRules {
+            rules: RwSignal::new(Rules::default()),
+            version: RwSignal::new(0),
+            edited: StoredValue::new(false),
+        };
+        crate::dom::when_idle(READ_MS, move || {
+            let saved =
+                storage().and_then(|st| st.get_item(RULES_KEY).ok().flatten()).and_then(|t| Rules::from_json(&t).ok());
+            if let Some(saved) = saved.filter(|_| !u.edited.get_value()) {
+                u.rules.set(saved);
+            }
+        });
         let ids = Memo::new(move |_| docs.ids());
         Effect::new(move |_| {
             let rules = u.rules.get();
             let docs = ids.get();
-            if let Some(st) = storage() {
-                let _ = st.set_item(RULES_KEY, &rules.to_json());
-            }
             spawn_local(async move {
                 for doc in docs {
                     if let Response::Error(e) = worker().ask(Request::Rules { doc, rules: rules.clone() }).await {
@@ -43,6 +55,15 @@ impl UserRules {
             });
         });
         u
+    }
+
+    /// The user's new rules: kept, saved, and given to every worker.
+    fn set(self, rules: Rules) {
+        self.edited.set_value(true);
+        if let Some(st) = storage() {
+            let _ = st.set_item(RULES_KEY, &rules.to_json());
+        }
+        self.rules.set(rules);
     }
 
     /// Subscribes the running effect to the workers having new rules.
@@ -69,7 +90,7 @@ pub(crate) fn RulesEditor() -> impl IntoView {
         next.rules.push(rule);
         match next.compile() {
             Ok(_) => {
-                u.rules.set(next);
+                u.set(next);
                 p.set_value("");
             }
             Err(e) => messages.error(format!("category rules: {e}")),
@@ -84,7 +105,11 @@ pub(crate) fn RulesEditor() -> impl IntoView {
                         <td>{k + 1}</td><td><code>{r.pattern.clone()}</code></td>
                         <td>{if r.on == Target::Frame { "frames" } else { "annotations" }}</td>
                         <td>{r.category.label()}</td>
-                        <td><button class="rule-remove" on:click=move |_| u.rules.update(|x| { x.rules.remove(k); })>"remove"</button></td>
+                        <td><button class="rule-remove" on:click=move |_| {
+                            let mut next = u.rules.get_untracked();
+                            next.rules.remove(k);
+                            u.set(next);
+                        }>"remove"</button></td>
                     </tr>
                 }).collect_view()}
             </table>
@@ -125,7 +150,7 @@ fn Transfer() -> impl IntoView {
             match text.map_err(|e| e.to_string()).and_then(|t| Rules::from_json(&t)) {
                 Ok(r) => {
                     messages.status(format!("Imported {} rules from {name}", r.rules.len()));
-                    u.rules.set(r);
+                    u.set(r);
                 }
                 Err(e) => messages.error(format!("{name}: {e}")),
             }

@@ -182,6 +182,17 @@ test('planted truths: category bytes at the peak, the leak, user rules', async (
   await page.setInputFiles('#rules-import', file);
   await page.waitForFunction(() => document.querySelectorAll('#rule-list tr.rule').length === 1);
   await page.waitForFunction(v => document.querySelector('#breakdown tr[data-category="input"] td')?.textContent.includes(`(${v} bytes)`), leaked);
+  // A new page of the same browser finds the saved rule (read once the page is idle) and
+  // applies it to a file opened there.
+  const again = await page.context().newPage();
+  await again.goto(new URL('?empty', page.url()).href);
+  await again.setInputFiles('#file-input', a.file);
+  await again.waitForFunction(n => document.querySelector('.tab.active .tab-name')?.textContent === n, a.name, { timeout: 60000 });
+  await again.click('#mode-categories');
+  await again.waitForFunction(() => document.querySelectorAll('#rule-list tr.rule').length === 1, null, { timeout: 30000 });
+  assert.match(await again.locator('#rule-list tr.rule').textContent(), /train\\\.py:318/);
+  await again.waitForFunction(v => document.querySelector('#breakdown tr[data-category="input"] td')?.textContent.includes(`(${v} bytes)`), leaked, { timeout: 30000 });
+  await again.close();
   // A rule that is not a regular expression is refused with a message; nothing changes.
   await page.fill('#rule-pattern', '(unclosed');
   await page.click('#rule-add');
