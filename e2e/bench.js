@@ -37,9 +37,11 @@ for (const size of sizes) {
   await page.goto(srv.url + '?empty');
   await page.evaluate(() => {
     window.longTasks = [];
-    new PerformanceObserver(l => l.getEntries().forEach(e => window.longTasks.push(e.duration))).observe({ type: 'longtask', buffered: true });
+    // Buffered: the page's own start is in them too; only the tasks from the choice on count.
+    new PerformanceObserver(l => l.getEntries().forEach(e => window.longTasks.push([e.startTime, e.duration]))).observe({ type: 'longtask', buffered: true });
   });
   const timings = async what => page.evaluate(w => (window.memscapeTimings || []).filter(x => x[0] === w).map(x => x[1]), what);
+  const chosenAt = await page.evaluate(() => performance.now());
   await page.setInputFiles('#file-input', file);
   await page.waitForFunction(() => document.querySelector('#error')
     || (window.memscapeTimings || []).some(x => x[0] === 'first-draw' || x[0] === 'load'), null, { timeout: 600000 });
@@ -51,7 +53,7 @@ for (const size of sizes) {
   const layout = (await timings('layout-worker'))[0];
   const waited = (await timings('read-worker'))[0];
   const wasmMem = (await timings('wasm-memory-worker'))[0];
-  const longest = Math.max(0, ...(await page.evaluate(() => window.longTasks)));
+  const longest = Math.max(0, ...(await page.evaluate(t => window.longTasks.filter(([at]) => at >= t).map(([, ms]) => ms), chosenAt)));
   const jsHeap = await page.evaluate(() => performance.memory ? performance.memory.usedJSHeapSize : NaN);
 
   // The first hover, right after the first draw (the worker is then busy with the background
@@ -107,7 +109,8 @@ for (const size of sizes) {
   console.log(`parse in the worker         ${fmt(parse)} ms = ${fmt(bytes / MB / (parse / 1000))} MB/s (target >= 250 at 1 GB)   | native memscape stats (read + all analyses, one process): ${fmt(nativeMs)} ms = ${fmt(bytes / MB / (nativeMs / 1000))} MB/s`);
   console.log(`  of which waiting on bytes ${fmt(waited)} ms: the browser reading the file, the rest is the reader`);
   console.log(`layout in the worker        ${fmt(layout)} ms`);
-  console.log(`longest main-thread task    ${fmt(longest)} ms during the load (target <= 100)`);
+  // The browser reports tasks of 50 ms or more only.
+  console.log(`longest main-thread task    ${longest ? `${fmt(longest)} ms` : 'none of 50 ms or more'} from the choice to the first timeline (target <= 100)`);
   console.log(`memory                      worker wasm ${fmt(wasmMem / MB)} MB + page JS heap ${fmt(jsHeap / MB)} MB = ${fmt((wasmMem + jsHeap) / bytes)}x the file (target <= 1.5x)`);
   console.log(`pan/zoom frame              median ${fmt(pct(frames, 0.5))} ms, p95 ${fmt(pct(frames, 0.95))} ms over ${frames.length} (target p95 <= 16)`);
   console.log(`pan/zoom preview            median ${fmt(pct(previews, 0.5))} ms, p95 ${fmt(pct(previews, 0.95))} ms over ${previews.length}: from the key to the last picture moved at once, before the exact one`);
