@@ -57,8 +57,15 @@ impl Worker {
     /// Posts a message as postcard bytes; a view's pixels go beside it as a second
     /// transferred buffer (`[message, pixels]`), not through postcard.
     fn send(&self, msg: &FromWorker) {
-        let Some((arr, pixels)) = encoded(msg) else { return };
+        let Ok(bytes) = postcard::to_allocvec(msg) else { return };
+        let arr = js_sys::Uint8Array::from(bytes.as_slice());
         let transfer = js_sys::Array::of1(&arr.buffer());
+        let pixels = match msg {
+            FromWorker::Reply { response: Response::View(v), .. } if !v.pixels.is_empty() => {
+                Some(js_sys::Uint8Array::from(v.pixels.as_slice()))
+            }
+            _ => None,
+        };
         let _ = match pixels {
             Some(p) => {
                 transfer.push(&p.buffer());
@@ -192,8 +199,9 @@ impl Worker {
         if let Some(mut warm) = self.warm.take() {
             let mut more = true;
             while more && self.now() < deadline {
-                // Its messages encoded as a file's would be, and dropped.
-                more = warm.step(&mut |m| drop(encoded(m)));
+                // Its messages encoded as a file's would be, and dropped (a view's pixels
+                // are posted as they are: no code of theirs to warm up).
+                more = warm.step(&mut |m| drop(postcard::to_allocvec(m)));
             }
             if more {
                 self.warm.replace(Some(warm));
@@ -264,18 +272,6 @@ impl Worker {
             Err(e) => web_sys::console::error_1(&format!("worker: bad message: {e}").into()),
         }
     }
-}
-
-/// A message as it is posted: its postcard bytes, and a view's pixels beside them.
-fn encoded(msg: &FromWorker) -> Option<(js_sys::Uint8Array, Option<js_sys::Uint8Array>)> {
-    let bytes = postcard::to_allocvec(msg).ok()?;
-    let pixels = match msg {
-        FromWorker::Reply { response: Response::View(v), .. } if !v.pixels.is_empty() => {
-            Some(js_sys::Uint8Array::from(v.pixels.as_slice()))
-        }
-        _ => None,
-    };
-    Some((js_sys::Uint8Array::from(bytes.as_slice()), pixels))
 }
 
 /// A file's bytes as the browser reads them. Into one buffer used again for every piece
