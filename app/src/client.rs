@@ -189,6 +189,15 @@ struct Conn {
     spawned: f64,
 }
 
+/// What the page says of file `name` whose worker stopped, `why`.
+pub fn stopped(name: &str, why: &str) -> String {
+    let why = if why.is_empty() { "it stopped" } else { why };
+    format!(
+        "{name}: the viewer's worker for this file stopped ({why}). A browser tab gives it at most 4 GiB of memory; \
+         the command-line `memscape stats {name}` reads snapshots of any size."
+    )
+}
+
 /// A message to a worker as it travels: postcard bytes.
 fn encoded(msg: &ToWorker) -> Option<JsValue> {
     postcard::to_allocvec(msg).ok().map(|bytes| js_sys::Uint8Array::from(bytes.as_slice()).into())
@@ -380,13 +389,7 @@ impl Conn {
         if self.dead.borrow().is_some() {
             return;
         }
-        let why = if why.is_empty() { "it stopped" } else { why };
-        let msg = format!(
-            "{}: the viewer's worker for this file stopped ({why}). A browser tab gives it at most 4 GiB of memory; \
-             the command-line `memscape stats {}` reads snapshots of any size.",
-            self.name.borrow(),
-            self.name.borrow()
-        );
+        let msg = stopped(&self.name.borrow(), why);
         if let Some((id, h)) = self.stop(&msg) {
             h(id, LoadEvent::Failed(msg));
         }
@@ -561,6 +564,13 @@ impl Client {
     /// or of `null` if they could not be fetched. `None` if none were asked for.
     pub fn early_example(&self) -> Option<js_sys::Promise> {
         self.0.example.borrow().clone()
+    }
+
+    /// Why the early worker stopped, if it did before it was taken over (its wasm did not
+    /// start, say). Read from the script's record, which outlives the takeover (the worker
+    /// may have stopped before this code started, and become the spare at once).
+    pub fn early_failure(&self) -> Option<String> {
+        Early::find().and_then(|e| e.get("error").as_string())
     }
 
     /// [`Client::keep_spare`] in a moment.

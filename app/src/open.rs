@@ -200,8 +200,15 @@ impl Opener {
                         record("example-fetched-at", now());
                         self.open_as(b.unchecked_into(), EXAMPLE.to_string(), false, None);
                     }
-                    // Not fetched: the worker meant for it waits for the next file.
-                    _ => worker().keep_spare(),
+                    // Not fetched: the worker meant for it waits for the next file. Unless it
+                    // stopped first (then the example was not fetched either): the page says
+                    // why, as it would of a file whose worker stopped.
+                    _ => {
+                        if let Some(why) = worker().early_failure() {
+                            self.messages.error(crate::client::stopped(EXAMPLE, &why));
+                        }
+                        worker().keep_spare();
+                    }
                 }
             });
             return;

@@ -70,25 +70,32 @@ test('a worker whose wasm cannot start says so on the page, instead of leaving a
   cpSync(DIST, dir, { recursive: true });
   writeFileSync(join(dir, 'worker_bg.wasm'), Buffer.from('not wasm at all'));
   const srv = await serve(dir);
-  const ctx = await browser();
-  const page = await ctx.newPage();
   try {
-    // The bundled example fails, or, if the worker failed before its bytes came, is not
-    // opened; either way a file chosen next says why it cannot be read. Chosen once the
-    // example's fate is settled, so that its message cannot replace the file's.
-    await page.goto(srv.url);
-    await page.waitForFunction(() => {
-      const e = window.memscapeEarly;
-      return e?.fetched && (e.blob === null || document.querySelector('#error'));
-    }, null, { timeout: 60000 });
-    const f = 'pt20-flexgen-opt1.3b-history.pickle';
-    await page.setInputFiles('#file-input', join(CORPUS, f));
-    await page.waitForFunction(n => document.querySelector('#error')?.textContent.includes(n), f, { timeout: 60000 });
-    const said = await page.locator('#error').textContent();
-    assert.match(said, new RegExp(`${f.replace(/\./g, '\\.')}: the viewer's worker for this file stopped \\(.*CompileError`));
-    assert.equal(await page.locator('.tab').count(), 0);
+    // The bundled example fails (its load, or, if the worker failed before the example's
+    // bytes came, its opening) and the page says why; then a file chosen says why it cannot
+    // be read (chosen once the example's message is there, which it then replaces). Either
+    // may come first; the second round holds the example back, so that the worker fails
+    // before its bytes come.
+    for (const held of [0, 1500]) {
+      const ctx = await browser();
+      try {
+        if (held) await ctx.route('**/cs336-fullstep.pickle', async r => { await new Promise(w => setTimeout(w, held)); await r.continue(); });
+        const page = await ctx.newPage();
+        await page.goto(srv.url);
+        await page.waitForFunction(() => document.querySelector('#error')?.textContent.includes('cs336-fullstep.pickle'), null, { timeout: 60000 });
+        assert.match(await page.locator('#error').textContent(), /cs336-fullstep\.pickle: the viewer's worker for this file stopped \(.*CompileError/);
+        if (held) assert.equal(await page.evaluate(() => window.memscapeEarly.blob), null, 'the worker failed before the example came');
+        const f = 'pt20-flexgen-opt1.3b-history.pickle';
+        await page.setInputFiles('#file-input', join(CORPUS, f));
+        await page.waitForFunction(n => document.querySelector('#error')?.textContent.includes(n), f, { timeout: 60000 });
+        const said = await page.locator('#error').textContent();
+        assert.match(said, new RegExp(`${f.replace(/\./g, '\\.')}: the viewer's worker for this file stopped \\(.*CompileError`));
+        assert.equal(await page.locator('.tab').count(), 0);
+      } finally {
+        await ctx.close();
+      }
+    }
   } finally {
-    await ctx.close();
     await srv.close();
     rmSync(dir, { recursive: true, force: true });
   }
