@@ -2,7 +2,8 @@
 // opens them, with the native reader on the same files as the baseline of the same run.
 //   node e2e/bench.js [--sizes 100M,1G]     (after `trunk build --release --offline`)
 // Prints, per size: time from choosing the file to the first complete timeline, the
-// worker's parse throughput next to the native `memscape stats`, pan/zoom frame times,
+// worker's parse throughput next to the native `memscape stats`, pan/zoom frame times next to
+// the same keys' views natively (`bench pan`),
 // hover (the first one right after the first draw included) and state-selection latencies,
 // when the background analyses give the hovered allocation its category, the longest
 // main-thread task during the load, and memory (worker wasm + page JS heap) against the file
@@ -17,6 +18,8 @@ const args = process.argv.slice(2);
 const sizes = (args[args.indexOf('--sizes') + 1] && args.includes('--sizes') ? args[args.indexOf('--sizes') + 1] : '100M,1G').split(',');
 const memscape = join(ROOT, 'target', 'release', 'memscape');
 if (!existsSync(memscape)) execFileSync('cargo', ['build', '--release', '-p', 'cli'], { cwd: ROOT, stdio: 'inherit' });
+const bench = join(ROOT, 'target', 'release', 'bench');
+if (!existsSync(bench)) execFileSync('cargo', ['build', '--release', '-p', 'bench'], { cwd: ROOT, stdio: 'inherit' });
 
 const pct = (v, p) => { const s = [...v].sort((a, b) => a - b); return s.length ? s[Math.min(s.length - 1, Math.floor(p * s.length))] : NaN; };
 const fmt = x => (Number.isFinite(x) ? x.toFixed(1) : '-');
@@ -30,6 +33,9 @@ for (const size of sizes) {
   const t0 = process.hrtime.bigint();
   const stats = JSON.parse(execFileSync(memscape, ['stats', '--json', file], { maxBuffer: 1 << 26 }).toString());
   const nativeMs = Number(process.hrtime.bigint() - t0) / 1e6;
+  // The same keys' views natively: what of the frame is the view itself.
+  const panRow = execFileSync(bench, ['pan', file]).toString().trim().split('\n').pop().trim().split(/\s+/);
+  const nativePan = `median ${fmt(parseFloat(panRow[3]))} ms, p95 ${fmt(parseFloat(panRow[4]))} ms`;
   const allocs = stats.devices.reduce((a, d) => a + d.timeline.elements, 0);
 
   const ctx = await browser();
@@ -112,7 +118,7 @@ for (const size of sizes) {
   // The browser reports tasks of 50 ms or more only.
   console.log(`longest main-thread task    ${longest ? `${fmt(longest)} ms` : 'none of 50 ms or more'} from the choice to the first timeline (target <= 100)`);
   console.log(`memory                      worker wasm ${fmt(wasmMem / MB)} MB + page JS heap ${fmt(jsHeap / MB)} MB = ${fmt((wasmMem + jsHeap) / bytes)}x the file (target <= 1.5x)`);
-  console.log(`pan/zoom frame              median ${fmt(pct(frames, 0.5))} ms, p95 ${fmt(pct(frames, 0.95))} ms over ${frames.length} (target p95 <= 16)`);
+  console.log(`pan/zoom frame              median ${fmt(pct(frames, 0.5))} ms, p95 ${fmt(pct(frames, 0.95))} ms over ${frames.length} (target p95 <= 16)   | native views of the same keys (\`bench pan\`: Engine::handle alone): ${nativePan}`);
   console.log(`pan/zoom preview            median ${fmt(pct(previews, 0.5))} ms, p95 ${fmt(pct(previews, 0.95))} ms over ${previews.length}: from the key to the last picture moved at once, before the exact one`);
   console.log(`hover details               median ${fmt(pct(details, 0.5))} ms, p95 ${fmt(pct(details, 0.95))} ms over ${details.length}, the first after load included (target p95 <= 16)`);
   console.log(`first hover after load      ${fmt(firstHover)} ms; its category line ${fmt(categoryAfter)} ms after the pointer moved (what was left of the background analyses)`);

@@ -1,7 +1,8 @@
 //! `cargo run --release -p bench -- [--sizes 100M,1G] [--dir DIR] [--skip-baselines]`
 //! (and `cargo run -p bench -- scale`: how the cost of every analysis grows, see `scale.rs`;
 //! `cargo run --release -p bench -- ranks`: `memscape ranks` on 64 and 1,000 profiles, see
-//! `ranks.rs`)
+//! `ranks.rs`; `open` and `pan`: the viewer's worker on given files, natively, see `open.rs`
+//! and `pan.rs`)
 //!
 //! Generates snapshots with `snapshot::synth`, then measures, each in a fresh process so
 //! peak resident memory is honest: this reader, `pickled` (a correct general pickle reader)
@@ -16,6 +17,7 @@ use anyhow::{bail, Context as _};
 use serde_json::json;
 
 mod open;
+mod pan;
 mod ranks;
 mod rewrites;
 mod scale;
@@ -226,6 +228,7 @@ fn main() -> anyhow::Result<()> {
         Some("scale") => return scale::main(&args[1..]),
         Some("ranks") => return ranks::main(&args[1..]),
         Some("open") => return open::main(&args[1..]),
+        Some("pan") => return pan::main(&args[1..]),
         _ => {}
     }
     let mut sizes = vec!["100M".to_string(), "1G".to_string()];

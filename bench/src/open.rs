@@ -13,8 +13,8 @@ use engine::protocol::{Kind, PaletteVm, Request, Response, ViewQuery};
 use engine::{Engine, Loading};
 
 /// The plot of the benchmark's 1400 x 1000 window: its columns and pixel rows.
-const COLUMNS: u32 = 1188;
-const ROWS: u32 = 300;
+pub const COLUMNS: u32 = 1188;
+pub const ROWS: u32 = 300;
 
 /// Runs the benchmark.
 pub fn main(args: &[String]) -> anyhow::Result<()> {
