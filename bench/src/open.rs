@@ -13,8 +13,8 @@ use engine::protocol::{Kind, PaletteVm, Request, Response, ViewQuery};
 use engine::{Engine, Loading};
 
 /// The plot of the benchmark's 1400 x 1000 window: its columns and pixel rows.
-pub const COLUMNS: u32 = 1188;
-pub const ROWS: u32 = 300;
+const COLUMNS: u32 = 1188;
+const ROWS: u32 = 300;
 
 /// Runs the benchmark.
 pub fn main(args: &[String]) -> anyhow::Result<()> {
@@ -46,6 +46,25 @@ pub fn main(args: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The view the page asks of document 1's `device` for the benchmark's plot: the window
+/// `start..end` (0..0: the whole trace), from the baseline; or the minimap's totals.
+pub fn plot_query(device: u32, start: f64, end: f64, totals_only: bool) -> ViewQuery {
+    ViewQuery {
+        doc: 1,
+        device,
+        kind: Kind::Blocks,
+        start,
+        end,
+        columns: COLUMNS,
+        rows: if totals_only { 1 } else { ROWS },
+        y: None,
+        baseline: !totals_only,
+        totals_only,
+        pinned: None,
+        palette: PaletteVm::default(),
+    }
+}
+
 /// One fresh open: [read, finish, first view, minimap, events] in ms.
 fn phases(bytes: &[u8]) -> anyhow::Result<[f64; 5]> {
     let ms = |t: Instant| t.elapsed().as_secs_f64() * 1000.0;
@@ -58,22 +77,7 @@ fn phases(bytes: &[u8]) -> anyhow::Result<[f64; 5]> {
     let info = e.finish(1, l, &|| 0.0).map_err(anyhow::Error::msg)?;
     let finish = ms(t);
     let device = info.default_device.unwrap_or(0);
-    let view = |totals_only: bool| {
-        Request::View(ViewQuery {
-            doc: 1,
-            device,
-            kind: Kind::Blocks,
-            start: 0.0,
-            end: 0.0,
-            columns: COLUMNS,
-            rows: if totals_only { 1 } else { ROWS },
-            y: None,
-            baseline: !totals_only,
-            totals_only,
-            pinned: None,
-            palette: PaletteVm::default(),
-        })
-    };
+    let view = |totals_only: bool| Request::View(plot_query(device, 0.0, 0.0, totals_only));
     let mut timed = |r: Request| {
         let t = Instant::now();
         let resp = e.handle(r);

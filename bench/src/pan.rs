@@ -10,10 +10,10 @@ use std::path::Path;
 use std::time::Instant;
 
 use anyhow::Context as _;
-use engine::protocol::{Kind, PaletteVm, Request, Response, ViewQuery};
+use engine::protocol::{Request, Response};
 use engine::{Engine, Loading};
 
-use crate::open::{COLUMNS, ROWS};
+use crate::open::plot_query;
 
 /// Runs the benchmark.
 pub fn main(args: &[String]) -> anyhow::Result<()> {
@@ -76,22 +76,8 @@ fn views(bytes: &[u8]) -> anyhow::Result<Vec<f64>> {
 /// One view of the window `start..end` of `device` (0..0: the whole trace): the time
 /// `Engine::handle` took, and the window it drew.
 fn timed(e: &mut Engine, device: u32, start: f64, end: f64) -> anyhow::Result<(f64, f64, f64)> {
-    let q = ViewQuery {
-        doc: 1,
-        device,
-        kind: Kind::Blocks,
-        start,
-        end,
-        columns: COLUMNS,
-        rows: ROWS,
-        y: None,
-        baseline: true,
-        totals_only: false,
-        pinned: None,
-        palette: PaletteVm::default(),
-    };
     let t = Instant::now();
-    let r = e.handle(Request::View(q));
+    let r = e.handle(Request::View(plot_query(device, start, end, false)));
     let spent = t.elapsed().as_secs_f64() * 1000.0;
     match r {
         Response::View(v) => Ok((spent, v.start, v.end)),

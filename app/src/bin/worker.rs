@@ -139,9 +139,20 @@ impl Worker {
         self.send(&FromWorker::Load { id, event });
         // Right after the reply: the page builds the tab while this draws its first view.
         self.loaded.set(loaded);
-        if let (Some((doc, device)), Some((asked, load, first))) = (loaded, self.ahead.take()) {
-            if load == doc {
-                self.answer(asked, Request::View(first.query(doc, device)));
+        if let (Some(_), Some((asked, load, first))) = (loaded, self.ahead.take()) {
+            self.ahead(asked, load, first);
+        }
+    }
+
+    /// The first view of load `load`, asked for ahead as request `id`: drawn if that file is
+    /// read, kept until it is if none is yet (the last one asked for), ignored by a worker
+    /// that read another file.
+    fn ahead(&self, id: u32, load: u32, first: FirstView) {
+        match self.loaded.get() {
+            Some((doc, device)) if doc == load => self.answer(id, Request::View(first.query(doc, device))),
+            Some(_) => {}
+            None => {
+                self.ahead.replace(Some((id, load, first)));
             }
         }
     }
@@ -256,13 +267,7 @@ impl Worker {
         let bytes = js_sys::Uint8Array::new(&data).to_vec();
         match postcard::from_bytes::<ToWorker>(&bytes) {
             Ok(ToWorker::Request { id, request }) => self.answer(id, request),
-            Ok(ToWorker::Ahead { id, load, first }) => match self.loaded.get() {
-                Some((doc, device)) if doc == load => self.answer(id, Request::View(first.query(doc, device))),
-                Some(_) => {}
-                None => {
-                    self.ahead.replace(Some((id, load, first)));
-                }
-            },
+            Ok(ToWorker::Ahead { id, load, first }) => self.ahead(id, load, first),
             Ok(ToWorker::Warm) => {
                 if self.engine.borrow().is_empty() {
                     self.warm.replace(Some(Warmup::new()));
