@@ -165,6 +165,7 @@ fn Views() -> impl IntoView {
 #[component]
 fn FileViews() -> impl IntoView {
     let shown = expect_context::<Shown>();
+    let plot = expect_context::<Plot>();
     view! {
         <OomBanner/>
         <Show when=move || shown.is(Mode::Doctor)>
@@ -181,14 +182,19 @@ fn FileViews() -> impl IntoView {
         </Show>
         <div id="timeline-view" style:display=move || if shown.is(Mode::Timeline) { "" } else { "none" }>
             <Timeline/>
-            <div class="panels">
-                <DetailsPanel/>
-                <StatsPanel/>
-            </div>
-            <div class="panels">
-                <EventList/>
-                <AllocatorPanel/>
-            </div>
+            // Made once a timeline has been on screen: making them, and answering their first
+            // requests, came before the cold page's first picture, on the thread that draws it
+            // (about 30 ms; docs/benchmarks.md, twelfth). Until a file is open they are hidden.
+            <Show when=move || plot.painted.get()>
+                <div class="panels">
+                    <DetailsPanel/>
+                    <StatsPanel/>
+                </div>
+                <div class="panels">
+                    <EventList/>
+                    <AllocatorPanel/>
+                </div>
+            </Show>
         </div>
     }
 }

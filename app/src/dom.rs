@@ -123,6 +123,12 @@ async fn callback_promise(call: impl FnOnce(&js_sys::Function, &js_sys::Function
     wasm_bindgen_futures::JsFuture::from(p).await.ok()
 }
 
+/// Runs `f` in a task after the browser has shown its next frame: what was drawn before this
+/// call is on screen by then.
+pub(crate) fn after_paint(f: impl FnOnce() + 'static) {
+    leptos::prelude::request_animation_frame(move || leptos::prelude::set_timeout(f, std::time::Duration::ZERO));
+}
+
 /// Runs `f` once the page is idle, and at the latest after `ms` (a browser without idle
 /// callbacks: after `ms`).
 pub(crate) fn when_idle(ms: u32, f: impl FnOnce() + 'static) {

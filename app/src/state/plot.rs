@@ -23,6 +23,9 @@ pub(crate) struct Plot {
     pub(crate) preview_sent: StoredValue<f64>,
     /// The file that still waits for its first picture, with the time its load began.
     pub(crate) first_draw: StoredValue<Option<(DocId, f64)>>,
+    /// A timeline has been on screen (a frame has passed since the first one was drawn): what
+    /// the panels under it wait for ([`crate::app`]).
+    pub(crate) painted: RwSignal<bool>,
 }
 
 impl Plot {
@@ -45,6 +48,7 @@ impl Plot {
             view_sent: StoredValue::new(0.0),
             preview_sent: StoredValue::new(0.0),
             first_draw: StoredValue::new(None),
+            painted: RwSignal::new(false),
         }
     }
 }

@@ -8,7 +8,7 @@ use leptos::task::spawn_local;
 
 use super::{plot_columns, plot_rows};
 use crate::client::worker;
-use crate::dom::{canvas_by_id, now, record};
+use crate::dom::{after_paint, canvas_by_id, now, record};
 use crate::draw;
 use crate::state::{Allocator, Docs, Plot, Redraw, Selection, Tab, Window};
 
@@ -226,6 +226,13 @@ pub(super) fn paint() {
                 };
                 draw::timeline(&c, v, &o, &th);
             });
+            if !plot.painted.get_untracked() {
+                after_paint(move || {
+                    if !plot.painted.get_untracked() {
+                        plot.painted.set(true);
+                    }
+                });
+            }
             let sent = plot.view_sent.get_value();
             if sent > 0.0 {
                 plot.view_sent.set_value(0.0);
