@@ -16,6 +16,7 @@ pub mod raster;
 pub mod warm;
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 
 use protocol::*;
 use snapshot::categories::{Analysis, Categories, Compiled};
@@ -68,7 +69,7 @@ struct Lane {
     /// Search hits: a flag per element and their count.
     hits: Option<(Vec<bool>, u32)>,
     /// The bands of the last view drawn (what a hover outlines).
-    drawn: Vec<BandVm>,
+    drawn: Arc<Vec<Band>>,
     /// The baseline of the last view (the next view's first guess).
     baseline: Option<u64>,
 }
@@ -83,7 +84,7 @@ impl Lane {
             .map(|i| (timeline.step_of_entry(i as u32), i as u32))
             .collect();
         let spans = spans(snap, &timeline, device);
-        Lane { timeline, ooms, spans, hits: None, drawn: Vec::new(), baseline: None }
+        Lane { timeline, ooms, spans, hits: None, drawn: Arc::default(), baseline: None }
     }
 
     /// Where the last view drew `element` (nothing when it was not drawn on its own).
@@ -91,7 +92,12 @@ impl Lane {
         self.drawn
             .iter()
             .filter(|b| b.element == Some(element))
-            .map(|b| OutlineVm { first: b.first, last: b.last, offset: b.offset, size: b.size })
+            .map(|b| OutlineVm {
+                first: b.first_column,
+                last: b.last_column,
+                offset: b.offset_bytes,
+                size: b.size_bytes,
+            })
             .collect()
     }
 }
@@ -574,19 +580,8 @@ impl Doc {
                 allocated: allocated(c.step),
             })
             .collect();
-        let bands: Vec<BandVm> = lod
-            .bands
-            .iter()
-            .map(|b| BandVm {
-                element: b.element,
-                first: b.first_column,
-                last: b.last_column,
-                offset: b.offset_bytes,
-                size: b.size_bytes,
-                rgb: b.rgb,
-                hit_bytes: b.hit_bytes,
-            })
-            .collect();
+        // Moved, not copied: the same bands are the raster's, the answer's and the lane's.
+        let bands = Arc::new(lod.bands);
         let pixels = if q.totals_only {
             Vec::new()
         } else {
@@ -596,7 +591,7 @@ impl Doc {
             raster::raster(&bands, &columns, rows, hits.is_some(), q.pinned, &pal).rgba
         };
         if let Some(lane) = self.lanes.get_mut(&(q.device, q.kind)).filter(|_| !q.totals_only) {
-            lane.drawn = bands.clone();
+            lane.drawn = Arc::clone(&bands);
             lane.baseline = Some(stable_bytes);
         }
         let lane = &self.lanes[&(q.device, q.kind)];

@@ -61,7 +61,7 @@ pub fn preview(vm: &ViewModel, start: f64, end: f64) -> Option<ViewModel> {
         peak_step: vm.peak_step,
         peak_bytes: vm.peak_bytes,
         columns,
-        bands: Vec::new(),
+        bands: Default::default(),
         pixels,
         ooms: vm.ooms.clone(),
         oom_entries: vm.oom_entries.clone(),

@@ -1,12 +1,15 @@
 //! Messages between the page and the worker. Both ends are Rust; they travel as postcard
 //! bytes. Everything here is a view model: plain numbers and strings ready to draw.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 pub use snapshot::categories::{Category, Report, Rule, Rules, Target};
 pub use snapshot::diff::{Align, Diff, Profile, SiteMode};
 pub use snapshot::doctor::Report as DoctorReport;
 pub use snapshot::search::Query;
 pub use snapshot::stats::Summary;
+pub use snapshot::timeline::Band;
 pub use snapshot::timeline::TimelineKind as Kind;
 
 /// An open file.
@@ -302,9 +305,10 @@ pub struct ViewModel {
     pub peak_step: u32,
     pub peak_bytes: u64,
     pub columns: Vec<ColumnVm>,
-    /// The drawn bands (not sent: the page gets them as `pixels`).
+    /// The drawn bands (not sent: the page gets them as `pixels`), shared with the engine's
+    /// record of the last view drawn (what a hover outlines) rather than copied.
     #[serde(skip)]
-    pub bands: Vec<BandVm>,
+    pub bands: Arc<Vec<Band>>,
     /// The plot area, `columns.len()` x `rows` RGBA pixels from the top (sent beside the
     /// message as a transferable buffer, not through postcard).
     #[serde(skip)]
@@ -329,19 +333,6 @@ pub struct ColumnVm {
     pub time_us: Option<i64>,
     /// Segment views: bytes allocated to tensors after the same event.
     pub allocated: Option<u64>,
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct BandVm {
-    /// `None`: a blend of elements each thinner than a fraction of a pixel row.
-    pub element: Option<u32>,
-    pub first: u32,
-    pub last: u32,
-    pub offset: u64,
-    pub size: u64,
-    pub rgb: u32,
-    /// Bytes of search hits in it.
-    pub hit_bytes: u64,
 }
 
 /// Where a view drew one element: a run of columns at one offset.

@@ -3,7 +3,7 @@
 //! it covers in proportion to the area it covers (thin bands blend: nothing is lost down to
 //! a 65536th of a pixel row). Grey is only for bytes no element accounts for.
 
-use crate::protocol::{BandVm, ColumnVm};
+use crate::protocol::{Band, ColumnVm};
 
 /// What the plot area looks like, as RGBA rows from the top.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -51,7 +51,7 @@ const ONE: f64 = 65536.0;
 /// columns (most of a file's bands are thinner than a row and span many columns). The sums are
 /// integers (coverage in 1/65536ths of a pixel), so what a band adds it takes away exactly.
 pub fn raster(
-    bands: &[BandVm],
+    bands: &[Band],
     columns: &[ColumnVm],
     rows: Rows,
     searching: bool,
@@ -89,12 +89,12 @@ pub fn raster(
         }
     };
     for b in bands {
-        let (y0, y1) = (y_of(b.offset as f64), y_of(b.offset as f64 + b.size as f64));
+        let (y0, y1) = (y_of(b.offset_bytes as f64), y_of(b.offset_bytes as f64 + b.size_bytes as f64));
         if y1 <= 0.0 || y0 >= h as f64 {
             continue;
         }
         // (colour, opacity) layers: a blend with some hits shows them in proportion.
-        let hit = if b.size == 0 { 0.0 } else { b.hit_bytes as f32 / b.size as f32 };
+        let hit = if b.size_bytes == 0 { 0.0 } else { b.hit_bytes as f32 / b.size_bytes as f32 };
         let layers: [(u32, f32); 2] = if pinned.is_some() && pinned == b.element {
             [(pal.pinned, 1.0), (0, 0.0)]
         } else if searching {
@@ -102,7 +102,7 @@ pub fn raster(
         } else {
             [(b.rgb, 1.0), (0, 0.0)]
         };
-        let cols = b.first as usize..=(b.last as usize).min(w - 1);
+        let cols = b.first_column as usize..=(b.last_column as usize).min(w - 1);
         for (rgb, alpha) in layers {
             paint(cols.clone(), y0, y1, rgb, alpha);
         }
@@ -165,6 +165,19 @@ mod tests {
         Rows { count, lo: 0.0, top }
     }
 
+    /// A band of `element` over `cols`: `size` bytes at `offset`, `hit` of them search hits.
+    fn band(
+        element: Option<u32>,
+        cols: std::ops::RangeInclusive<u32>,
+        offset: u64,
+        size: u64,
+        rgb: u32,
+        hit: u64,
+    ) -> Band {
+        let (first_column, last_column) = (*cols.start(), *cols.end());
+        Band { element, first_column, last_column, offset_bytes: offset, size_bytes: size, rgb, hit_bytes: hit }
+    }
+
     fn col(total: u64, drawn: u64) -> ColumnVm {
         ColumnVm { step: 0, total, drawn, time_us: None, allocated: None }
     }
@@ -172,9 +185,9 @@ mod tests {
     #[test]
     fn bands_fill_their_rows_and_thin_ones_blend() {
         let bands = vec![
-            BandVm { element: Some(0), first: 0, last: 1, offset: 0, size: 50, rgb: 0xff0000, hit_bytes: 0 },
-            BandVm { element: Some(1), first: 1, last: 1, offset: 50, size: 25, rgb: 0x0000ff, hit_bytes: 0 },
-            BandVm { element: Some(2), first: 1, last: 1, offset: 75, size: 25, rgb: 0x00ff00, hit_bytes: 0 },
+            band(Some(0), 0..=1, 0, 50, 0xff0000, 0),
+            band(Some(1), 1..=1, 50, 25, 0x0000ff, 0),
+            band(Some(2), 1..=1, 75, 25, 0x00ff00, 0),
         ];
         let r = raster(&bands, &[col(50, 50), col(100, 100)], rows(2, 100.0), false, None, &Palette::default());
         let px = |x: usize, y: usize| &r.rgba[(y * 2 + x) * 4..(y * 2 + x) * 4 + 4];
@@ -188,10 +201,7 @@ mod tests {
 
     #[test]
     fn search_dims_and_pin_marks() {
-        let bands = vec![
-            BandVm { element: Some(0), first: 0, last: 0, offset: 0, size: 10, rgb: 0x00ff00, hit_bytes: 10 },
-            BandVm { element: Some(1), first: 1, last: 1, offset: 0, size: 10, rgb: 0x00ff00, hit_bytes: 0 },
-        ];
+        let bands = vec![band(Some(0), 0..=0, 0, 10, 0x00ff00, 10), band(Some(1), 1..=1, 0, 10, 0x00ff00, 0)];
         let pal = Palette::default();
         let r = raster(&bands, &[col(10, 10), col(10, 10)], rows(1, 10.0), true, Some(1), &pal);
         assert_eq!(&r.rgba[0..3], &[0xd3, 0x37, 0x2c]);
@@ -204,9 +214,9 @@ mod tests {
         // Bytes 50..100 on two rows: the band at 50..75 is the bottom row, 75..100 the top;
         // the band below 50 is not drawn.
         let bands = vec![
-            BandVm { element: Some(0), first: 0, last: 0, offset: 0, size: 50, rgb: 0xff0000, hit_bytes: 0 },
-            BandVm { element: Some(1), first: 0, last: 0, offset: 50, size: 25, rgb: 0x00ff00, hit_bytes: 0 },
-            BandVm { element: None, first: 0, last: 0, offset: 75, size: 25, rgb: 0x0000ff, hit_bytes: 0 },
+            band(Some(0), 0..=0, 0, 50, 0xff0000, 0),
+            band(Some(1), 0..=0, 50, 25, 0x00ff00, 0),
+            band(None, 0..=0, 75, 25, 0x0000ff, 0),
         ];
         let r =
             raster(&bands, &[col(100, 100)], Rows { count: 2, lo: 50.0, top: 100.0 }, false, None, &Palette::default());
@@ -216,13 +226,11 @@ mod tests {
 
     #[test]
     fn a_blend_shows_its_share_of_search_hits() {
-        let bands =
-            vec![BandVm { element: None, first: 0, last: 0, offset: 0, size: 100, rgb: 0x00ff00, hit_bytes: 100 }];
+        let bands = vec![band(None, 0..=0, 0, 100, 0x00ff00, 100)];
         let pal = Palette::default();
         let r = raster(&bands, &[col(100, 100)], rows(1, 100.0), true, None, &pal);
         assert_eq!(&r.rgba[0..4], &[0xd3, 0x37, 0x2c, 255], "all hits: the hit colour");
-        let bands =
-            vec![BandVm { element: None, first: 0, last: 0, offset: 0, size: 100, rgb: 0x00ff00, hit_bytes: 0 }];
+        let bands = vec![band(None, 0..=0, 0, 100, 0x00ff00, 0)];
         let r = raster(&bands, &[col(100, 100)], rows(1, 100.0), true, None, &pal);
         assert_eq!(r.rgba[3], 51, "no hits: dimmed");
     }

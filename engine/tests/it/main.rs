@@ -78,14 +78,14 @@ fn views_draw_what_the_timeline_holds() {
     assert!(!v.bands.is_empty());
     let min_bytes = engine::min_bytes(v.y_max, 300);
     for c in (0..640).step_by(37) {
-        let mut in_col: Vec<&BandVm> = v.bands.iter().filter(|b| b.first <= c && c <= b.last).collect();
-        in_col.sort_by_key(|b| b.offset);
+        let mut in_col: Vec<&Band> = v.bands.iter().filter(|b| b.first_column <= c && c <= b.last_column).collect();
+        in_col.sort_by_key(|b| b.offset_bytes);
         let mut top = 0;
         for b in &in_col {
-            assert_eq!(b.offset, top, "bands stack without gaps in column {c}");
+            assert_eq!(b.offset_bytes, top, "bands stack without gaps in column {c}");
             // An element of its own is at least a quarter row; a blend holds smaller ones.
-            assert!(b.element.is_none() || b.size >= min_bytes);
-            top += b.size;
+            assert!(b.element.is_none() || b.size_bytes >= min_bytes);
+            top += b.size_bytes;
         }
         let col = &v.columns[c as usize];
         assert_eq!(top, col.drawn);
@@ -98,7 +98,7 @@ fn views_draw_what_the_timeline_holds() {
                 device: 0,
                 kind: Kind::Blocks,
                 step: col.step,
-                bytes: b.offset + b.size / 2,
+                bytes: b.offset_bytes + b.size_bytes / 2,
                 slack: 0,
             });
             let Response::Hit(Some(d), outline) = r else { panic!("{r:?}") };
@@ -107,10 +107,15 @@ fn views_draw_what_the_timeline_holds() {
                 .bands
                 .iter()
                 .filter(|x| x.element == b.element)
-                .map(|x| OutlineVm { first: x.first, last: x.last, offset: x.offset, size: x.size })
+                .map(|x| OutlineVm {
+                    first: x.first_column,
+                    last: x.last_column,
+                    offset: x.offset_bytes,
+                    size: x.size_bytes,
+                })
                 .collect();
             assert_eq!(outline, mine);
-            assert!(outline.iter().any(|o| o.first <= c && c <= o.last && o.offset == b.offset));
+            assert!(outline.iter().any(|o| o.first <= c && c <= o.last && o.offset == b.offset_bytes));
         }
     }
     assert!(v.bands.iter().any(|b| b.element.is_none()), "the example has allocations thinner than a quarter row");
@@ -225,10 +230,10 @@ fn details_events_state_and_search_agree_with_the_core() {
     // Views now flag the hits.
     let v = view(&mut e, doc, 0, Kind::Blocks, 0.0, 0.0, 500);
     assert_eq!(v.hits as usize, brute.len());
-    for b in &v.bands {
+    for b in v.bands.iter() {
         match b.element {
             Some(el) => assert_eq!(b.hit_bytes > 0, brute.binary_search(&el).is_ok()),
-            None => assert!(b.hit_bytes <= b.size),
+            None => assert!(b.hit_bytes <= b.size_bytes),
         }
     }
     assert!(v.bands.iter().any(|b| b.element.is_none() && b.hit_bytes > 0), "hits among the thin ones are counted");
@@ -602,8 +607,8 @@ fn baseline_and_y_zoom() {
     assert_eq!((v.y_lo, v.stable_bytes), (flat.stable_bytes, flat.stable_bytes));
     assert!(v.y_top > peak && v.y_top < peak + peak / 20);
     // Below the baseline nothing changes: every band there spans the whole window.
-    for b in v.bands.iter().filter(|b| b.offset + b.size <= v.y_lo) {
-        assert_eq!((b.first, b.last), (0, 799), "{b:?}");
+    for b in v.bands.iter().filter(|b| b.offset_bytes + b.size_bytes <= v.y_lo) {
+        assert_eq!((b.first_column, b.last_column), (0, 799), "{b:?}");
     }
     // The finer scale draws more elements on their own.
     let own = |v: &ViewModel| v.bands.iter().filter(|b| b.element.is_some()).count();
@@ -616,7 +621,7 @@ fn baseline_and_y_zoom() {
     };
     assert!(!r.matches.is_empty());
     let s = ask(&mut e, None, true);
-    let lowest = s.bands.iter().filter(|b| b.hit_bytes > 0).map(|b| b.offset).min().unwrap();
+    let lowest = s.bands.iter().filter(|b| b.hit_bytes > 0).map(|b| b.offset_bytes).min().unwrap();
     assert!(lowest < v.y_lo, "the optimizer state lies under the baseline");
     assert!(s.y_lo <= lowest, "{} above the lowest match at {lowest}", s.y_lo);
     assert!(matches!(e.handle(Request::ClearSearch { doc }), Response::Done));
@@ -664,19 +669,23 @@ fn baseline_and_y_zoom() {
     let z = ask(&mut e, Some((at - span / 2, at + span / 2)), true);
     assert_eq!((z.y_lo, z.y_top), (at - span / 2, at + span / 2));
     // Exactly on a band drawn alone, the hover finds it and outlines where it was drawn.
-    let b =
-        z.bands.iter().filter(|b| b.element.is_some() && b.size > 4 * row).nth(2).expect("bands in the zoomed view");
+    let b = z
+        .bands
+        .iter()
+        .filter(|b| b.element.is_some() && b.size_bytes > 4 * row)
+        .nth(2)
+        .expect("bands in the zoomed view");
     let r = e.handle(Request::Hit {
         doc,
         device: 0,
         kind: Kind::Blocks,
-        step: z.columns[b.first as usize].step,
-        bytes: b.offset + b.size / 2,
+        step: z.columns[b.first_column as usize].step,
+        bytes: b.offset_bytes + b.size_bytes / 2,
         slack: row / 2,
     });
     let Response::Hit(Some(d), outline) = r else { panic!("{r:?}") };
     assert_eq!(Some(d.element), b.element);
-    assert!(outline.iter().any(|o| o.first == b.first && o.offset == b.offset && o.size == b.size));
+    assert!(outline.iter().any(|o| o.first == b.first_column && o.offset == b.offset_bytes && o.size == b.size_bytes));
 }
 
 /// The first view the page asks for (from the baseline) draws every corpus file that has
@@ -738,7 +747,10 @@ fn the_corpus_first_views_are_drawn_as_later_requests_for_their_window() {
             };
             let (first, again) = (ask(&mut e), ask(&mut e));
             let bands = |v: &ViewModel| {
-                v.bands.iter().map(|b| (b.element, b.first, b.last, b.offset, b.size)).collect::<Vec<_>>()
+                v.bands
+                    .iter()
+                    .map(|b| (b.element, b.first_column, b.last_column, b.offset_bytes, b.size_bytes))
+                    .collect::<Vec<_>>()
             };
             assert_eq!((first.y_lo, first.y_top), (again.y_lo, again.y_top), "{name} device {d}");
             if bands(&first) != bands(&again) || first.pixels != again.pixels {
@@ -769,8 +781,8 @@ fn painted_one_by_one(v: &ViewModel, rows: u32, searching: bool, pinned: Option<
             px[3] += cover;
         }
     };
-    for b in &v.bands {
-        let hit = b.hit_bytes as f64 / b.size as f64;
+    for b in v.bands.iter() {
+        let hit = b.hit_bytes as f64 / b.size_bytes as f64;
         let layers = if pinned.is_some() && pinned == b.element {
             vec![(pal.pinned, 1.0)]
         } else if searching {
@@ -778,9 +790,9 @@ fn painted_one_by_one(v: &ViewModel, rows: u32, searching: bool, pinned: Option<
         } else {
             vec![(b.rgb, 1.0)]
         };
-        for col in b.first as usize..=(b.last as usize).min(w - 1) {
+        for col in b.first_column as usize..=(b.last_column as usize).min(w - 1) {
             for &(rgb, alpha) in &layers {
-                paint(col, b.offset as f64, (b.offset + b.size) as f64, rgb, alpha);
+                paint(col, b.offset_bytes as f64, (b.offset_bytes + b.size_bytes) as f64, rgb, alpha);
             }
         }
     }
