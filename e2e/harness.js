@@ -47,7 +47,9 @@ export async function browser(options = {}) {
 }
 
 /** The statistics panel as `{key: number}` (each row carries `data-key` and `data-value`). */
-export function statsOf(page) {
+export async function statsOf(page) {
+  // The panels are made once the file's first picture is on screen: wait for the table.
+  await page.waitForSelector('#stats-table tr', { state: 'attached', timeout: 30000 });
   return page.evaluate(() => Object.fromEntries([...document.querySelectorAll('#stats-table tr')]
     .map(tr => [tr.dataset.key, Number(tr.dataset.value)])));
 }
@@ -80,7 +82,8 @@ export function pixelHash(page, id) {
   }, id);
 }
 
-/** `dist/` served and opened in a fresh browser, once the bundled example is its active tab:
+/** `dist/` served and opened in a fresh browser, once the bundled example is its active tab
+ * and its panels are there:
  * `requests` collects every URL the page asks for, `consoleErrors` what it logs as errors,
  * and an uncaught page error fails the test. `close()` ends both. */
 export async function openExample(example = 'cs336-fullstep.pickle', options = {}) {
@@ -93,6 +96,8 @@ export async function openExample(example = 'cs336-fullstep.pickle', options = {
   page.on('pageerror', e => { throw e; });
   page.on('console', m => { if (m.type() === 'error') consoleErrors.push(m.text()); });
   await page.goto(srv.url);
-  await page.waitForFunction(n => document.querySelector('.tab.active .tab-name')?.textContent === n, example, { timeout: 60000 });
+  // Open: its tab in front, and its panels (made once its first picture is on screen) there.
+  await page.waitForFunction(n => document.querySelector('.tab.active .tab-name')?.textContent === n
+    && document.querySelector('#stats .file-line')?.textContent.startsWith(n + ' '), example, { timeout: 60000 });
   return { url: srv.url, page, requests, consoleErrors, close: async () => { await ctx.close(); await srv.close(); } };
 }

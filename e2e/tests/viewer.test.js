@@ -107,9 +107,9 @@ test('the bundled example opens by itself and draws its timeline', async () => {
   const want = expectedStats('pt25-cs336-fullstep-annotations.pickle', 0);
   const got = await stats();
   for (const [k, v] of Object.entries(want)) assert.equal(got[k], v, `${k}`);
-  // The tab and its statistics come with the load reply, the picture when the worker has
-  // drawn it: wait for the page's own mark, not a fixed settle (a slow moment in CI once
-  // found the plot not drawn yet).
+  // The tab comes with the load reply, the picture when the worker has drawn it (the panels
+  // a frame after that): wait for the page's own mark, not a fixed settle (a slow moment in
+  // CI once found the plot not drawn yet).
   await page.waitForFunction(() => (window.memscapeTimings || []).some(x => x[0] === 'first-draw-at'), null, { timeout: 60000 });
   await settle();
   const px = await pixels('timeline');
@@ -117,7 +117,7 @@ test('the bundled example opens by itself and draws its timeline', async () => {
   assert.ok((await pixels('minimap')).painted > 1000);
   // The allocator before the first event comes once the worker has undone the trace (in the
   // background, after the first picture).
-  await page.waitForFunction(() => /999 segments/.test(document.querySelector('#state-summary').textContent), null, { timeout: 30000 });
+  await page.waitForFunction(() => /999 segments/.test(document.querySelector('#state-summary')?.textContent ?? ''), null, { timeout: 30000 });
   await shot('01-example');
   // Its worker was started, and asked for its bytes, as the page was parsed, before the
   // page's own code had started (index.html's script); the bytes were fetched once.
