@@ -227,11 +227,8 @@ pub(super) fn paint() {
                 draw::timeline(&c, v, &o, &th);
             });
             if !plot.painted.get_untracked() {
-                after_paint(move || {
-                    if !plot.painted.get_untracked() {
-                        plot.painted.set(true);
-                    }
-                });
+                // Set again by a second draw before that frame: `Show` compares, nothing redraws.
+                after_paint(move || plot.painted.set(true));
             }
             let sent = plot.view_sent.get_value();
             if sent > 0.0 {
