@@ -34,8 +34,8 @@ for (const size of sizes) {
   const stats = JSON.parse(execFileSync(memscape, ['stats', '--json', file], { maxBuffer: 1 << 26 }).toString());
   const nativeMs = Number(process.hrtime.bigint() - t0) / 1e6;
   // The same keys' views natively: what of the frame is the view itself.
-  const panRow = execFileSync(bench, ['pan', file]).toString().trim().split('\n').pop().trim().split(/\s+/);
-  const nativePan = `median ${fmt(parseFloat(panRow[3]))} ms, p95 ${fmt(parseFloat(panRow[4]))} ms`;
+  const panRow = JSON.parse(execFileSync(bench, ['pan', '--json', file]).toString().trim().split('\n').pop());
+  const nativePan = `median ${fmt(panRow.median_ms)} ms, p95 ${fmt(panRow.p95_ms)} ms`;
   const allocs = stats.devices.reduce((a, d) => a + d.timeline.elements, 0);
 
   const ctx = await browser();

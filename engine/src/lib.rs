@@ -14,6 +14,7 @@ pub mod ranks;
 #[allow(missing_docs)]
 pub mod raster;
 pub mod warm;
+pub mod window;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;

@@ -1,14 +1,21 @@
 //! The timeline window of the tab shown: zoom, pan, a chosen range, an allocation in view;
 //! and the memory (y) axis: zoom and reset. Every move keeps the window inside the trace and
-//! at least four steps wide, and the memory range at least a thousand bytes tall.
+//! at least four steps wide (`engine::window`'s arithmetic), and the memory range at least a
+//! thousand bytes tall.
 
+use engine::window;
 use leptos::prelude::*;
 
-use super::Docs;
+use super::{Docs, Tab};
 use crate::dom::now;
 
 /// The thinnest memory range the axis shows, bytes.
 const MIN_Y_SPAN: f64 = 1000.0;
+
+/// The steps of `t`'s trace, as the window's arithmetic takes them (at least one).
+fn steps(t: &Tab) -> f64 {
+    f64::from(t.n_steps.max(1))
+}
 
 /// Moves the shown tab's window.
 #[derive(Clone, Copy)]
@@ -48,43 +55,17 @@ impl Window {
 
     /// Zooms by `factor` (below 1 zooms in) around the step `anchor` (else the middle).
     pub(crate) fn zoom(self, factor: f64, anchor: Option<f64>) {
-        self.edit(|t| {
-            let n = f64::from(t.n_steps.max(1));
-            let (a, b) = if t.end > t.start { (t.start, t.end) } else { (0.0, n) };
-            let at = anchor.unwrap_or((a + b) / 2.0);
-            let width = ((b - a) * factor).clamp(4.0_f64.min(n), n);
-            let frac = if b > a { (at - a) / (b - a) } else { 0.5 };
-            let mut s = at - width * frac;
-            s = s.clamp(0.0, n - width);
-            t.start = s;
-            t.end = s + width;
-        });
+        self.edit(|t| (t.start, t.end) = window::zoomed(t.start, t.end, steps(t), factor, anchor));
     }
 
     /// Moves the window by `by_steps`, its width kept.
     pub(crate) fn pan(self, by_steps: f64) {
-        self.edit(|t| {
-            let n = f64::from(t.n_steps.max(1));
-            let w = t.end - t.start;
-            if w <= 0.0 {
-                return;
-            }
-            let s = (t.start + by_steps).clamp(0.0, (n - w).max(0.0));
-            t.start = s;
-            t.end = s + w;
-        });
+        self.edit(|t| (t.start, t.end) = window::panned(t.start, t.end, steps(t), by_steps));
     }
 
     /// Shows steps `a` to `b` (either order).
     pub(crate) fn set(self, a: f64, b: f64) {
-        self.edit(|t| {
-            let n = f64::from(t.n_steps.max(1));
-            let (a, b) = (a.min(b).clamp(0.0, n), a.max(b).clamp(0.0, n));
-            let w = (b - a).max(4.0_f64.min(n));
-            let a = a.min(n - w).max(0.0);
-            t.start = a;
-            t.end = a + w;
-        });
+        self.edit(|t| (t.start, t.end) = window::spanning(a, b, steps(t)));
     }
 
     /// Starts the window at `start` with the width it has (a drag).
