@@ -119,6 +119,7 @@ test('the bundled example opens by itself and draws its timeline', async () => {
   // background, after the first picture).
   await page.waitForFunction(() => /999 segments/.test(document.querySelector('#state-summary')?.textContent ?? ''), null, { timeout: 30000 });
   await shot('01-example');
+  assert.equal(await page.locator('#stats .file-line').textContent(), `${EXAMPLE} · 3.6MiB · pickle, protocol 4`);
   // Its worker was started, and asked for its bytes, as the page was parsed, before the
   // page's own code had started (index.html's script); the bytes were fetched once.
   const started = (await page.evaluate(() => window.memscapeTimings.find(x => x[0] === 'app-start-at')))[1];
@@ -155,6 +156,13 @@ test('every corpus file opens through the file input with PyTorch\'s statistics'
     }
     const want = expectedStats(f, Number.isNaN(device) ? 0 : device);
     const got = await stats();
+    // What the file was, in words (the page once showed the reader's debug form,
+    // "Pickle(Some(4))"); PyTorch's HTML export is named as such.
+    const line = await (await page.waitForFunction(n => {
+      const t = document.querySelector('#stats .file-line')?.textContent;
+      return t?.startsWith(n + ' ') && t;
+    }, f)).jsonValue();
+    assert.match(line, f.endsWith('.html') ? / · pickle, protocol \d, inside a PyTorch HTML page$/ : / · pickle, protocol \d$/, `${f}: ${line}`);
     for (const [k, v] of Object.entries(want)) {
       if (!hasDevice && !['segments', 'total_reserved', 'total_allocated', 'free_internal', 'free_external'].includes(k)) continue;
       assert.equal(got[k], v, `${f}: ${k}`);
@@ -162,6 +170,12 @@ test('every corpus file opens through the file input with PyTorch\'s statistics'
     assert.equal(await page.locator('#error').count(), 0, `${f}: no error`);
   }
   assert.equal(await page.locator('.tab').count(), files.length + 1);
+  // Twenty tabs wrap inside their bar: the header's buttons and note keep one line each (they
+  // were squeezed into two and four).
+  const heights = await page.evaluate(() => [...document.querySelectorAll('header > .button, header > .privacy, #help-button')]
+    .map(e => [e.textContent.trim(), e.getBoundingClientRect().height]));
+  const one = heights.find(([t]) => t === '?')[1];
+  for (const [t, h] of heights) assert.ok(h <= one + 1, `${t}: ${h} px tall, one line is ${one}`);
   await shot('02-last-corpus-file');
 });
 

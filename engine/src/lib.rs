@@ -194,7 +194,7 @@ impl Engine {
             doc,
             name,
             bytes: loading.total,
-            format: format!("{:?}", loaded.format),
+            format: loaded.format.to_string(),
             warnings: loaded.warnings.iter().map(|w| w.to_string()).collect(),
             devices,
             default_device: default_device.map(|d| d as u32),

@@ -33,6 +33,21 @@ pub enum Format {
     Html(Box<Format>),
 }
 
+/// In words, as the viewer's statistics show it: "pickle, protocol 4",
+/// "pickle, protocol 4, gzip-compressed", "pickle, protocol 4, inside a PyTorch HTML page".
+impl std::fmt::Display for Format {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Format::Pickle(Some(p)) => write!(f, "pickle, protocol {p}"),
+            Format::Pickle(None) => f.write_str("pickle, protocol 0 or 1"),
+            Format::Gzip(inner) => write!(f, "{inner}, gzip-compressed"),
+            Format::Zstd(inner) => write!(f, "{inner}, zstd-compressed"),
+            Format::Json => f.write_str("JSON"),
+            Format::Html(inner) => write!(f, "{inner}, inside a PyTorch HTML page"),
+        }
+    }
+}
+
 /// A snapshot read successfully, with what was odd about it.
 #[derive(Debug)]
 pub struct Loaded {

@@ -47,6 +47,31 @@ fn writer_output_reads_back_to_the_same_model() {
     }
 }
 
+/// What the viewer's statistics say a file was, in words (not the enum's debug form, which
+/// the page once showed: "Pickle(Some(4))").
+#[test]
+fn each_format_is_named_in_words() {
+    let files: std::collections::HashMap<String, Vec<u8>> = testkit::files().into_iter().collect();
+    let named = |name: &str| read(&files[name]).unwrap().format.to_string();
+    assert_eq!(named("pt25-cs336-fullstep-annotations.pickle"), "pickle, protocol 4");
+    assert_eq!(named("pt25-cs336-bf16-forward.html"), "pickle, protocol 4, inside a PyTorch HTML page");
+    let gz = {
+        use std::io::Write as _;
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        enc.write_all(&files["pt24-linear-tiny.pkl"]).unwrap();
+        enc.finish().unwrap()
+    };
+    assert_eq!(read(&gz).unwrap().format.to_string(), "pickle, protocol 4, gzip-compressed");
+    let zst = ruzstd::encoding::compress_to_vec(
+        &files["pt24-linear-tiny.pkl"][..],
+        ruzstd::encoding::CompressionLevel::Fastest,
+    );
+    assert_eq!(read(&zst).unwrap().format.to_string(), "pickle, protocol 4, zstd-compressed");
+    // Protocols 0 and 1 have no PROTO opcode: the reader cannot tell them apart.
+    assert_eq!(snapshot::Format::Pickle(None).to_string(), "pickle, protocol 0 or 1");
+    assert_eq!(snapshot::Format::Json.to_string(), "JSON");
+}
+
 #[test]
 fn gzip_input_gives_the_same_model() {
     use std::io::Write as _;
