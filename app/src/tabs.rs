@@ -35,8 +35,8 @@ pub(crate) fn Header() -> impl IntoView {
                     input.set_value("");
                 }/>
             </label>
+            // The bar takes the header's free width (the note and help stay at its right end).
             <TabBar/>
-            <span class="spacer"></span>
             <span class="privacy">"Files never leave this page."</span>
             <button id="help-button" title="Keyboard shortcuts" on:click=move |_| help.toggle()>"?"</button>
         </header>
