@@ -210,11 +210,7 @@ fn Iterations(v: CategoriesVm) -> impl IntoView {
     let (c, window) = (expect_context::<Cats>(), expect_context::<Window>());
     let r = v.report;
     let complete = r.iterations.iter().filter(|x| x.complete).count();
-    let source = match r.iteration_source {
-        snapshot::categories::IterationSource::OptimizerSteps => "one per optimizer step",
-        snapshot::categories::IterationSource::BackwardPasses => "one per backward pass",
-        snapshot::categories::IterationSource::None => "no training steps found",
-    };
+    let source = r.iteration_source;
     view! {
         <section id="iterations">
             <h2>{format!("Iterations: {} ({complete} complete, {source})", r.iterations.len())}</h2>

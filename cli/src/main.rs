@@ -760,7 +760,7 @@ fn print_categories(out: &mut impl std::io::Write, r: &snapshot::categories::Rep
         fs(b.peak.into())
     )?;
     let complete = r.iterations.iter().filter(|i| i.complete).count();
-    writeln!(out, "  iterations: {} ({complete} complete; found by {:?})", r.iterations.len(), r.iteration_source)?;
+    writeln!(out, "  iterations: {} ({complete} complete; {})", r.iterations.len(), r.iteration_source)?;
     for (k, it) in r.iterations.iter().enumerate().take(20) {
         writeln!(
             out,

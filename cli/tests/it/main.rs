@@ -174,6 +174,17 @@ fn capture_without_a_driver_says_so_and_fails() {
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
 }
 
+/// The bundled example's training step, as the text says how it was found: in words, as the
+/// page's category view says it (it once printed the enum's name, "OptimizerSteps").
+#[test]
+fn stats_says_how_iterations_were_found_in_words() {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/cs336-fullstep.pickle");
+    let out = memscape(&["stats", file.to_str().unwrap()]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("  iterations: 1 (1 complete; one per optimizer step)\n"), "{text}");
+}
+
 /// A snapshot `memscape capture` wrote on an H100: stats names the device, in text and JSON,
 /// with what the driver counted for the process, and reads without warnings.
 #[test]

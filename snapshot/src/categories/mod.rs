@@ -350,6 +350,18 @@ pub enum IterationSource {
     None,
 }
 
+/// In words, as the page's category view and `memscape stats` say it: "one per optimizer
+/// step".
+impl std::fmt::Display for IterationSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            IterationSource::OptimizerSteps => "one per optimizer step",
+            IterationSource::BackwardPasses => "one per backward pass",
+            IterationSource::None => "no training steps found",
+        })
+    }
+}
+
 /// The categories of one device's Active Memory Timeline.
 #[derive(Clone, Debug)]
 pub struct Categories {
