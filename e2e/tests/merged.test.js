@@ -30,6 +30,12 @@ test('a merged snapshot shows what lies outside PyTorch\'s allocator in its stat
     assert.equal(s.reserved_bytes, cli.devices[0].reserved_bytes);
     const label = await page.locator('#stats-table tr[data-key="outside_allocator_bytes"]').textContent();
     assert.match(label, /cuda:0 outside PyTorch's allocator/);
+    // The capture's description of the device (NVML) survives the merge: its name in the
+    // device picker, its memory and what the process held in the statistics.
+    assert.match(await page.locator('#device option:checked').textContent(), /^cuda:0 NVIDIA H100 80GB HBM3 \(/);
+    assert.equal(await page.locator('#stats-table tr[data-key="gpu.name"]').getAttribute('data-value'), 'NVIDIA H100 80GB HBM3');
+    assert.equal(s['gpu.process_used_bytes'], 3760193536);
+    assert.match(await page.locator('#stats-table tr[data-key="gpu.process_used_bytes"]').textContent(), /held by the process.*3\.5GiB/);
 
     // Its own category, in the legend and the breakdown, at the peak and at its highest as
     // the command line says; the bundled example's legend has no such entry.

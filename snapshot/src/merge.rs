@@ -108,10 +108,15 @@ impl Stacks<'_> {
 /// `torch` with the allocations of `driver` that none of its segments holds added as
 /// segments outside PyTorch's allocator, and their trace entries woven into PyTorch's traces
 /// by time (marked with [`OUTSIDE_KEY`]), so the timeline shows them come and go. An address
-/// range PyTorch held at any time in its trace is PyTorch's. O((s + d + t) log s) for s
-/// and d segments and t trace entries.
+/// range PyTorch held at any time in its trace is PyTorch's. The driver's description of its
+/// devices (name, memory, what the process held) is kept: PyTorch's snapshot has none. O((s +
+/// d + t) log s) for s and d segments and t trace entries.
 pub fn merge_capture(torch: &Snapshot, driver: &Snapshot) -> (Snapshot, Merged) {
     let mut out = torch.clone();
+    let devices = driver.device_info();
+    if !devices.is_empty() {
+        out.set_device_info(&devices);
+    }
     let mut merged = Merged::default();
     let spans = Spans::of(torch);
     let key = out.strings.intern(OUTSIDE_KEY);

@@ -208,6 +208,13 @@ fn merging_pytorchs_snapshot_with_the_capture_counts_each_byte_once() {
     let total = |s: &Snapshot| s.segments.iter().map(|s| s.total_size).sum::<u64>();
     assert_eq!(total(&m), total(&ours), "the capture's reserved total");
     assert!(total(&torch) < total(&m));
+    // The driver's description of the device (NVML's name, memory and what the process held)
+    // is kept: PyTorch's snapshot has none, and without it the summary and the doctor lose the
+    // device's capacity (a run under --torch lost it on an H200).
+    assert!(torch.device_info().is_empty());
+    let gpu = &m.device_info()[..];
+    assert_eq!(gpu, &ours.device_info()[..]);
+    assert_eq!((gpu[0].name.as_str(), gpu[0].process_used_bytes), ("NVIDIA H100 80GB HBM3", Some(3_760_193_536)));
     // The outside allocations' own events come and go in the timeline, woven into PyTorch's
     // trace by time: PyTorch's entries unchanged and in order, the driver's marked outside.
     use snapshot::merge::is_outside_entry;
