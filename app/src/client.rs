@@ -623,7 +623,13 @@ impl Client {
             None => match Conn::spawn(&self.0.boot, name, blob, &self.0.analysed) {
                 Ok(c) => c,
                 Err(e) => {
-                    handler(id, LoadEvent::Failed(format!("{name}: the browser could not start a worker: {e:?}")));
+                    handler(
+                        id,
+                        LoadEvent::Failed(format!(
+                            "{name}: the browser could not start a worker: {}",
+                            crate::js_error::js_error(&e)
+                        )),
+                    );
                     return id;
                 }
             },
@@ -667,7 +673,12 @@ impl Client {
                     Err(_) => return Response::Error(format!("{name}: no worker to read it")),
                 }
             }
-            Err(e) => return Response::Error(format!("{name}: the browser could not start a worker: {e:?}")),
+            Err(e) => {
+                return Response::Error(format!(
+                    "{name}: the browser could not start a worker: {}",
+                    crate::js_error::js_error(&e)
+                ))
+            }
         };
         if conn.run.get() != run.0 {
             // The run's files go to a worker once, in one message: a message per `File` costs

@@ -3,7 +3,7 @@
 //! comparison of files, and a whole run's ranks. It only handles input and pixels: every figure, layout and colour comes from the
 //! engine in each file's worker (`client`), and `draw` turns the view models into pixels.
 //!
-//! Layers, each importing only those above it: `client`, `dom`, `text`, `draw`, `save`;
+//! Layers, each importing only those above it: `js_error` (also the worker's), `client`, `dom`, `text`, `draw`, `save`;
 //! `state` (a struct of signals per concern, provided as context); `url`, `open`, `keys`,
 //! `modes`, `rules`, `run`; the views (`tabs`, `search`, `timeline`, `details`, `stats`, `events`,
 //! `allocator`, `categories`, `flame`, `compare`, `doctor`, `ranks`; one may embed another's component, as the toolbar
@@ -21,6 +21,7 @@ mod dom;
 mod draw;
 mod events;
 mod flame;
+mod js_error;
 mod keys;
 mod modes;
 mod open;

@@ -3,8 +3,10 @@
 //! page itself, so an offline page can save another.
 
 use offline::Assets;
-use wasm_bindgen::JsCast;
+use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::JsFuture;
+
+use crate::js_error::js_error;
 
 fn document() -> Result<web_sys::Document, String> {
     web_sys::window().and_then(|w| w.document()).ok_or_else(|| "no document".to_string())
@@ -23,12 +25,14 @@ pub fn embedded(id: &str) -> Option<Vec<u8>> {
 
 async fn fetch(name: &str) -> Result<Vec<u8>, String> {
     let w = web_sys::window().ok_or("no window")?;
-    let resp = JsFuture::from(w.fetch_with_str(name)).await.map_err(|e| format!("{name}: {e:?}"))?;
-    let resp: web_sys::Response = resp.dyn_into().map_err(|_| format!("{name}: not a response"))?;
+    let unfetched = |why: String| format!("the browser could not fetch {name} ({why})");
+    let resp = JsFuture::from(w.fetch_with_str(name)).await.map_err(|e| unfetched(js_error(&e)))?;
+    let resp: web_sys::Response = resp.dyn_into().map_err(|_| unfetched("not a response".into()))?;
     if !resp.ok() {
-        return Err(format!("{name}: HTTP {}", resp.status()));
+        return Err(unfetched(format!("HTTP {}", resp.status())));
     }
-    let buf = JsFuture::from(resp.array_buffer().map_err(|e| format!("{e:?}"))?).await.map_err(|e| format!("{e:?}"))?;
+    let body = resp.array_buffer().map_err(|e| unfetched(js_error(&e)))?;
+    let buf = JsFuture::from(body).await.map_err(|e| unfetched(js_error(&e)))?;
     Ok(js_sys::Uint8Array::new(&buf).to_vec())
 }
 
@@ -71,9 +75,10 @@ pub fn download(name: &str, mime: &str, text: String) -> Result<(), String> {
     let parts = js_sys::Array::of1(&js_sys::JsString::from(text));
     let opts = web_sys::BlobPropertyBag::new();
     opts.set_type(mime);
-    let out = web_sys::Blob::new_with_str_sequence_and_options(&parts, &opts).map_err(|e| format!("{e:?}"))?;
-    let url = web_sys::Url::create_object_url_with_blob(&out).map_err(|e| format!("{e:?}"))?;
-    let a: web_sys::HtmlAnchorElement = document()?.create_element("a").map_err(|e| format!("{e:?}"))?.unchecked_into();
+    let failed = |e: JsValue| format!("the browser could not make the download {name} ({})", js_error(&e));
+    let out = web_sys::Blob::new_with_str_sequence_and_options(&parts, &opts).map_err(failed)?;
+    let url = web_sys::Url::create_object_url_with_blob(&out).map_err(failed)?;
+    let a: web_sys::HtmlAnchorElement = document()?.create_element("a").map_err(failed)?.unchecked_into();
     a.set_href(&url);
     a.set_download(name);
     a.click();

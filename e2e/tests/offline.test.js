@@ -100,6 +100,28 @@ test('the app\'s Save offline HTML makes a file that works from disk with no net
   await off2.ctx.close();
 });
 
+test('a Save offline HTML that fails says what failed, in words, and the file stays open', async () => {
+  const ctx = await browser();
+  const page = await ctx.newPage();
+  await page.goto(srv.url);
+  await page.waitForFunction(() => document.querySelector('#stats .file-line')?.textContent.startsWith('cs336-fullstep.pickle '), null, { timeout: 60000 });
+  // The page's own code can no longer be fetched (a server gone, a connection lost): the
+  // offline page cannot be made of it.
+  await page.route('**/app-*_bg.wasm', route => route.abort());
+  await page.locator('#save-html').click();
+  await page.waitForSelector('#error', { timeout: 30000 });
+  const said = await page.locator('#error').textContent();
+  assert.match(said, /cs336-fullstep\.pickle: could not make the offline page: the browser could not fetch \S*app-[0-9a-f]+_bg\.wasm \(Failed to fetch\)/);
+  // Not the bindings' debug form, nor a stack.
+  assert.doesNotMatch(said, /JsValue|    at /);
+  // Nothing says it is still being made.
+  assert.equal(await page.locator('#status').textContent(), '');
+  mkdirSync(join(ROOT, 'e2e', 'screenshots'), { recursive: true });
+  await page.screenshot({ path: join(ROOT, 'e2e', 'screenshots', '21-offline-save-failed.png') });
+  assert.equal(await page.locator('.tab.active .tab-name').textContent(), 'cs336-fullstep.pickle');
+  await ctx.close();
+});
+
 test('memscape html makes the same file natively, from a pickle and from _memory_viz.py\'s HTML page', async () => {
   for (const [input, shown, corpusName] of [
     [join(CORPUS, 'pt25-cs336-fullstep-annotations.pickle'), 'pt25-cs336-fullstep-annotations.pickle', 'pt25-cs336-fullstep-annotations.pickle'],

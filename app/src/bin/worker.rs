@@ -14,6 +14,9 @@
 //! A spare worker, idle before it is given a file, warms up the same way
 //! ([`engine::warm`]), and drops the warm-up when the file comes.
 
+#[path = "../js_error.rs"]
+mod js_error;
+
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
@@ -100,8 +103,7 @@ impl Worker {
                 Ok(Some(c)) => c,
                 Ok(None) => break,
                 Err(e) => {
-                    let why =
-                        e.dyn_ref::<js_sys::Error>().map_or_else(|| format!("{e:?}"), |e| String::from(e.message()));
+                    let why = js_error::js_error(&e);
                     let event =
                         LoadEvent::Failed(format!("{name}: the browser could not read the file at byte {at}: {why}"));
                     self.send(&FromWorker::Load { id, event });
@@ -183,7 +185,7 @@ impl Worker {
             // a look at the disk).
             let bytes = wasm_bindgen_futures::JsFuture::from(blob.array_buffer())
                 .await
-                .map_err(|e| unread(format!("{e:?}"), 0))?;
+                .map_err(|e| unread(js_error::js_error(&e), 0))?;
             let bytes = js_sys::Uint8Array::new(&bytes).to_vec();
             let mut load = RankLoad::new(name, bytes.len() as u64);
             load.feed(&bytes)?;

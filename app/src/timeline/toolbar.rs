@@ -127,7 +127,11 @@ fn Exports() -> impl IntoView {
         spawn_local(async move {
             match crate::save::save(t.info.name.clone(), blob).await {
                 Ok(()) => messages.status(format!("Saved {}.html", t.info.name)),
-                Err(e) => messages.error(format!("{}: could not make the offline page: {e}", t.info.name)),
+                Err(e) => {
+                    // The error says what happened: "Making…" would stay, as if it went on.
+                    messages.status(String::new());
+                    messages.error(format!("{}: could not make the offline page: {e}", t.info.name));
+                }
             }
         });
     };
