@@ -8,7 +8,6 @@
 use engine::protocol::{DocId, DoctorReport as Report, Request, Response};
 use leptos::prelude::*;
 use leptos::task::spawn_local;
-use snapshot::categories::Phase;
 use snapshot::doctor::{Advice, Holder, Oom};
 
 use crate::client::worker;
@@ -157,16 +156,6 @@ fn OomChooser(r: Report) -> impl IntoView {
     })
 }
 
-fn phase_text(p: Phase) -> &'static str {
-    match p {
-        Phase::Forward => "in a forward pass",
-        Phase::Backward => "in the backward pass",
-        Phase::ZeroGrad => "in zero_grad",
-        Phase::Optimizer => "in the optimizer step",
-        Phase::Other => "outside forward, backward and the optimizer",
-    }
-}
-
 fn figure(key: &'static str, label: &'static str, v: Option<u64>) -> impl IntoView {
     view! {
         <tr data-key=key data-value=v.map_or("null".to_string(), |v| v.to_string())>
@@ -183,7 +172,7 @@ fn OomPanel(r: Report) -> impl IntoView {
         let o: Oom = r.ooms.get(d.chosen.get()).or(r.ooms.first())?.clone();
         Some(view! {
             <section id="oom" data-entry=o.entry.to_string() data-step=o.step.to_string()>
-                <h2>{format!("Out of memory on cuda:{} at event {}, {}", o.device, o.entry, phase_text(o.phase))}</h2>
+                <h2>{format!("Out of memory on cuda:{} at event {}, {}", o.device, o.entry, o.phase)}</h2>
                 <p id="verdict" data-verdict=o.verdict.key()><strong>{o.verdict.label()}</strong>": "{o.why.clone()}</p>
                 <div class="panels">
                     <section>

@@ -816,7 +816,7 @@ fn print_doctor(out: &mut impl std::io::Write, r: &snapshot::doctor::Report) -> 
     for o in &r.ooms {
         writeln!(
             out,
-            "\nOOM at entry {} (step {}, {:?}): {}",
+            "\nOOM at entry {} (step {}, {}): {}",
             o.entry,
             o.step,
             o.phase,

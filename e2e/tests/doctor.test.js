@@ -107,6 +107,12 @@ test('a file with OOMs: the banner opens the doctor, whose figures equal memscap
   assert.equal(await page.locator('#oom-banner').count(), 0, 'no banner over the doctor');
   assertSame(await shownOom(), report.ooms[0], 'first OOM');
   assert.match(await page.locator('#verdict').textContent(), /exhausted/i);
+  // Where in the step it happened, in the same words as memscape doctor's text.
+  const said = execFileSync(MEMSCAPE, ['doctor', FILE]).toString();
+  const o = report.ooms[0];
+  const where = said.match(new RegExp(`^OOM at entry ${o.entry} \\(step ${o.step}, ([a-z_ ,]+)\\): `, 'm'))?.[1];
+  assert.match(where ?? '', /^(in |outside )/, 'the command line says where in words');
+  assert.equal(await page.locator('#oom h2').first().textContent(), `Out of memory on cuda:0 at event ${o.entry}, ${where}`);
   await page.click('.oom-pick:nth-child(2)');
   await page.waitForFunction(e => document.querySelector('#oom')?.dataset.entry === String(e), report.ooms[1].entry);
   assertSame(await shownOom(), report.ooms[1], 'second OOM');

@@ -343,6 +343,12 @@ fn doctor_reads_verdicts_and_figures() {
     assert_eq!(r, serde_json::to_value(&core).unwrap());
     let text = String::from_utf8(memscape(&["doctor", &p("f.pickle")]).stdout).unwrap();
     assert!(text.contains("EXHAUSTED") && text.contains("FRAGMENTATION"), "{text}");
+    // Where in the step, in words (the page's words too), not the enum's name.
+    for (o, line) in r["ooms"].as_array().unwrap().iter().zip(text.lines().filter(|l| l.starts_with("OOM at entry"))) {
+        let phase: snapshot::categories::Phase = serde_json::from_value(o["phase"].clone()).unwrap();
+        assert!(line.contains(&format!("(step {}, {phase}): ", o["step"])), "{line}");
+        assert!(line.contains(" in ") || line.contains("outside"), "{line}");
+    }
     assert!(text.contains("advice [expandable_segments:True]"), "{text}");
 
     // Two devices, each with its error: --device picks one.

@@ -352,6 +352,19 @@ pub enum IterationSource {
 
 /// In words, as the page's category view and `memscape stats` say it: "one per optimizer
 /// step".
+/// In words, as a place in the step: "in a forward pass", "in the optimizer step".
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Phase::Forward => "in a forward pass",
+            Phase::Backward => "in the backward pass",
+            Phase::ZeroGrad => "in zero_grad",
+            Phase::Optimizer => "in the optimizer step",
+            Phase::Other => "outside forward, backward and the optimizer",
+        })
+    }
+}
+
 impl std::fmt::Display for IterationSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
