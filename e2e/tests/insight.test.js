@@ -54,6 +54,25 @@ async function pixels(id) {
   }, id);
 }
 
+/** The words of the text in `selector`'s elements that the layout split over two lines. */
+function splitWords(selector) {
+  return page.evaluate(sel => {
+    const split = [];
+    for (const el of document.querySelectorAll(sel)) {
+      const walk = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+      for (let node = walk.nextNode(); node; node = walk.nextNode()) {
+        for (const m of node.textContent.matchAll(/\S+/g)) {
+          const r = document.createRange();
+          r.setStart(node, m.index);
+          r.setEnd(node, m.index + m[0].length);
+          if (new Set([...r.getClientRects()].map(q => Math.round(q.top))).size > 1) split.push(m[0]);
+        }
+      }
+    }
+    return split;
+  }, selector);
+}
+
 /** The breakdown table: `{category: [at peak, at the selected step, highest]}` in bytes. */
 function breakdown() {
   return page.evaluate(() => Object.fromEntries([...document.querySelectorAll('#breakdown tr[data-category]')].map(tr =>
@@ -118,6 +137,9 @@ test('the category view of the example: stacked areas, legend toggles, breakdown
   assert.equal(selSum, at.total[1]);
   assert.notEqual(at.total[1], peak);
   await shot('10-categories');
+  // A figure that does not fit its cell wraps between its words ("3.6GiB" / "(3877655552
+  // bytes)"), never inside one ("byte" / "s").
+  assert.deepEqual(await splitWords('#breakdown td'), []);
 
   // Hover in the timeline says what an allocation is for and which rule said so.
   await page.click('#mode-timeline');
