@@ -350,9 +350,8 @@ pub enum IterationSource {
     None,
 }
 
-/// In words, as the page's category view and `memscape stats` say it: "one per optimizer
-/// step".
-/// In words, as a place in the step: "in a forward pass", "in the optimizer step".
+/// In words, as a place in the step: "in a forward pass", "in the optimizer step" (the page's
+/// doctor and `memscape doctor` say it so).
 impl std::fmt::Display for Phase {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
@@ -365,6 +364,8 @@ impl std::fmt::Display for Phase {
     }
 }
 
+/// In words, as the page's category view and `memscape stats` say it: "one per optimizer
+/// step".
 impl std::fmt::Display for IterationSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
