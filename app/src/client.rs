@@ -19,6 +19,8 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use web_sys::{ErrorEvent, MessageEvent, Worker};
 
+use crate::js_error::js_error;
+
 type LoadHandler = Rc<dyn Fn(u32, LoadEvent)>;
 /// Who hear that a file's background analysis of a device finished.
 type AnalysedHandler = Rc<RefCell<Vec<Rc<dyn Fn(DocId, u32, Finished)>>>>;
@@ -625,10 +627,7 @@ impl Client {
                 Err(e) => {
                     handler(
                         id,
-                        LoadEvent::Failed(format!(
-                            "{name}: the browser could not start a worker: {}",
-                            crate::js_error::js_error(&e)
-                        )),
+                        LoadEvent::Failed(format!("{name}: the browser could not start a worker: {}", js_error(&e))),
                     );
                     return id;
                 }
@@ -674,10 +673,7 @@ impl Client {
                 }
             }
             Err(e) => {
-                return Response::Error(format!(
-                    "{name}: the browser could not start a worker: {}",
-                    crate::js_error::js_error(&e)
-                ))
+                return Response::Error(format!("{name}: the browser could not start a worker: {}", js_error(&e)))
             }
         };
         if conn.run.get() != run.0 {
