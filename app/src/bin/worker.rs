@@ -11,13 +11,14 @@
 //! allocator-state checkpoints) in slices of a few milliseconds. Each slice is a task of its
 //! own (a message to itself through a `MessageChannel`), so a request that arrives during one
 //! is answered before the next: a hover waits at most one slice, never a whole-file analysis.
+//! They start a moment after a file's load reply ([`QUIET_MS`]), while the page draws the file.
 //! A spare worker, idle before it is given a file, warms up the same way
 //! ([`engine::warm`]), and drops the warm-up when the file comes.
 
 #[path = "../js_error.rs"]
 mod js_error;
 
-use std::cell::{Cell, RefCell};
+use std::cell::{Cell, OnceCell, RefCell};
 use std::rc::Rc;
 
 use engine::protocol::{DocId, FirstView, FromWorker, LoadEvent, Request, Response, ToWorker};
@@ -37,6 +38,11 @@ const WORK_MS: f64 = 3.0;
 /// Units of background work between two looks at the clock (an entry, element or step
 /// each: about 0.1 to 0.5 ms of wasm for the generated files).
 const UNITS: usize = 512;
+/// How long the background analyses wait after a file's load reply, ms: the page builds the
+/// file's tab and draws its first picture meanwhile, and on two cores the analyses took the
+/// CPU from it and from V8's compiles of its code. A request that needs one of them
+/// finishes it at once, quiet or not.
+const QUIET_MS: f64 = 100.0;
 
 struct Worker {
     scope: DedicatedWorkerGlobalScope,
@@ -54,6 +60,10 @@ struct Worker {
     /// The file this worker read, and the device its tab shows first: what an `Ahead` is
     /// drawn for.
     loaded: Cell<Option<(DocId, u32)>>,
+    /// No background work before then (this worker's clock): see [`QUIET_MS`].
+    quiet_until: Cell<f64>,
+    /// Calls [`Worker::on_tick`]: a timer's callback, for the slice that waits out the quiet.
+    tick_later: OnceCell<js_sys::Function>,
 }
 
 impl Worker {
@@ -141,6 +151,7 @@ impl Worker {
         self.send(&FromWorker::Load { id, event });
         // Right after the reply: the page builds the tab while this draws its first view.
         self.loaded.set(loaded);
+        self.quiet_until.set(self.now() + QUIET_MS);
         if let (Some(_), Some((asked, load, first))) = (loaded, self.ahead.take()) {
             self.ahead(asked, load, first);
         }
@@ -207,6 +218,15 @@ impl Worker {
 
     /// One slice of background work, then the next in line behind whatever arrived.
     fn on_tick(&self) {
+        // In the quiet after a load the slice waits for its end, still in line (so nothing
+        // else is put in line meanwhile); requests are answered as they come.
+        let quiet = self.quiet_until.get() - self.now();
+        if let Some(later) = self.tick_later.get().filter(|_| quiet > 0.0) {
+            let waits = self.scope.set_timeout_with_callback_and_timeout_and_arguments_0(later, quiet.ceil() as i32);
+            if waits.is_ok() {
+                return;
+            }
+        }
         self.ticking.set(false);
         let deadline = self.now() + WORK_MS;
         if let Some(mut warm) = self.warm.take() {
@@ -382,11 +402,17 @@ fn main() {
         warm: RefCell::new(None),
         ahead: RefCell::new(None),
         loaded: Cell::new(None),
+        quiet_until: Cell::new(0.0),
+        tick_later: OnceCell::new(),
     });
     let w = worker.clone();
     let ontick = Closure::<dyn Fn(MessageEvent)>::new(move |_: MessageEvent| w.on_tick());
     worker.tick.port1().set_onmessage(Some(ontick.as_ref().unchecked_ref()));
     ontick.forget();
+    let w = worker.clone();
+    let later = Closure::<dyn Fn()>::new(move || w.on_tick());
+    let _ = worker.tick_later.set(later.as_ref().unchecked_ref::<js_sys::Function>().clone());
+    later.forget();
     let w = worker.clone();
     let onmessage = Closure::<dyn Fn(MessageEvent)>::new(move |m: MessageEvent| w.on_message(m.data()));
     scope.set_onmessage(Some(onmessage.as_ref().unchecked_ref()));
