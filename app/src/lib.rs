@@ -46,4 +46,5 @@ pub fn main() {
         return;
     }
     leptos::mount::mount_to_body(app::App);
+    dom::when_idle(1000, draw::warm);
 }

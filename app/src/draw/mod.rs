@@ -88,6 +88,20 @@ pub fn prepare(canvas: &HtmlCanvasElement) -> Option<(Ctx, f64, f64)> {
     Some((ctx, w, h))
 }
 
+/// The first text and the first image a page draws on a canvas cost it a few ms (its font
+/// looked up, the scratch canvas made, their code compiled); done once the page is idle, a
+/// file's first picture does not wait for them.
+pub fn warm() {
+    let canvas: Option<HtmlCanvasElement> =
+        web_sys::window().and_then(|w| w.document()).and_then(|d| d.create_element("canvas").ok()?.dyn_into().ok());
+    let ctx: Option<Ctx> = canvas.and_then(|c| c.get_context("2d").ok()??.dyn_into().ok());
+    if let Some(ctx) = ctx {
+        ctx.set_font("11px system-ui, sans-serif");
+        let _ = ctx.fill_text(&tick_label(3 << 29, 1 << 29), 0.0, 8.0);
+    }
+    let _ = image(&[0; 16], 2, 2);
+}
+
 thread_local! {
     static SCRATCH: std::cell::RefCell<Option<HtmlCanvasElement>> = const { std::cell::RefCell::new(None) };
 }
