@@ -9,10 +9,10 @@
 // file input's change event to the moment its first timeline is drawn (the page's own
 // `first-draw-at` mark). Medians over rounds, each target printed beside its figure.
 import { execFileSync } from 'node:child_process';
-import { statSync, existsSync, readFileSync } from 'node:fs';
+import { statSync, existsSync } from 'node:fs';
 import { join, basename } from 'node:path';
 import { tmpdir } from 'node:os';
-import { serve, browser, ROOT, CORPUS } from './harness.js';
+import { serve, browser, whenCoresIdle, ROOT, CORPUS } from './harness.js';
 
 const args = process.argv.slice(2);
 const arg = (name, dflt) => (args.includes(name) ? args[args.indexOf(name) + 1] : dflt);
@@ -50,30 +50,6 @@ const until = (page, mark) => page.evaluate(m => new Promise((done, fail) => {
 }), mark);
 const marks = (page, what) => page.evaluate(w => (window.memscapeTimings || []).filter(x => x[0] === w).map(x => x[1]), what);
 
-// Chromium goes on starting after Playwright's launch returns: on two cores, both were 70 to
-// 90% busy for 400 ms after the launch and its first page, idle from about 600 ms (three
-// launches, docs/benchmarks.md, thirteenth). A page opened at once shared the cores with that.
-// Waits until the machine's cores have been idle (under 10% busy) for 200 ms, at least a
-// second after the launch and at most five; where /proc/stat cannot be read, a second.
-const busy = () => {
-  try {
-    const t = readFileSync('/proc/stat', 'utf8').split('\n')[0].split(/\s+/).slice(1).map(Number);
-    return [t.reduce((a, b) => a + b, 0), t[3] + t[4]];
-  } catch { return null; }
-};
-const settled = async page => {
-  const since = Date.now();
-  await page.waitForTimeout(1000);
-  let last = busy();
-  while (last && Date.now() - since < 5000) {
-    await page.waitForTimeout(200);
-    const now = busy();
-    const total = now[0] - last[0];
-    if (total > 0 && 1 - (now[1] - last[1]) / total < 0.1) return;
-    last = now;
-  }
-};
-
 const srv = await serve();
 const cold = [];
 const coldParts = { load: [], wasm: [] };
@@ -88,7 +64,7 @@ for (let r = 0; r < rounds; r++) {
   for (const wait of r % 2 ? [false, true] : [true, false]) {
     const ctx = await browser();
     const page = await ctx.newPage();
-    if (wait) await settled(page);
+    if (wait) await whenCoresIdle(page);
     await page.goto(srv.url);
     await until(page, 'first-draw-at');
     if (await page.locator('#error').count()) throw new Error(`the cold page: ${await page.locator('#error').textContent()}`);
@@ -141,6 +117,6 @@ const all = small.flatMap(f => [...first.get(f.path), ...later.get(f.path)]);
 const firsts = small.flatMap(f => first.get(f.path));
 console.log(`files <= 5 MB: median ${fmt(median(all))} ms over ${all.length} opens (first file of a page: ${fmt(median(firsts))} ms); target <= 60`);
 const worst = small.map(f => [median(first.get(f.path)), basename(f.path)]).sort((x, y) => y[0] - x[0])[0];
-console.log(`  each file as a page's first file: the slowest median ${fmt(worst[0])} ms (${worst[1]}, ${rounds} opens); target <= 60`);
+console.log(`  each file as a page's first file: the slowest median ${fmt(worst[0])} ms (${worst[1]}, ${rounds} open${rounds === 1 ? "" : "s"}); target <= 60`);
 console.log(`cold page (fresh profile, page + bundled example to its first timeline): median ${fmt(median(cold))} ms [${cold.map(fmt).join(', ')}]; its file's load ${fmt(median(coldParts.load))} ms; target <= 400`);
 console.log(`  the same in a browser launched a moment before (its start shares the cores): median ${fmt(median(launched))} ms [${launched.map(fmt).join(', ')}]`);

@@ -1,7 +1,8 @@
 // The viewer's benchmark: generated snapshots opened in headless Chromium, the way a user
 // opens them, with the native reader on the same files as the baseline of the same run.
 //   node e2e/bench.js [--sizes 100M,1G]     (after `trunk build --release --offline`)
-// Prints, per size: time from choosing the file to the first complete timeline, the
+// Prints, per size: time from choosing the file (in a page open once the browser has finished
+// starting, as a user's has) to the first complete timeline, the
 // worker's parse throughput next to the native `memscape stats`, pan/zoom frame times next to
 // the same keys' views natively (`bench pan`),
 // hover (the first one right after the first draw included) and state-selection latencies,
@@ -12,7 +13,7 @@ import { execFileSync } from 'node:child_process';
 import { statSync, existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
-import { serve, browser, ROOT } from './harness.js';
+import { serve, browser, whenCoresIdle, ROOT } from './harness.js';
 
 const args = process.argv.slice(2);
 const sizes = (args[args.indexOf('--sizes') + 1] && args.includes('--sizes') ? args[args.indexOf('--sizes') + 1] : '100M,1G').split(',');
@@ -47,6 +48,8 @@ for (const size of sizes) {
     new PerformanceObserver(l => l.getEntries().forEach(e => window.longTasks.push([e.startTime, e.duration]))).observe({ type: 'longtask', buffered: true });
   });
   const timings = async what => page.evaluate(w => (window.memscapeTimings || []).filter(x => x[0] === w).map(x => x[1]), what);
+  // The file is chosen in a page that is open and a browser that has started, as a user's.
+  await whenCoresIdle(page);
   const chosenAt = await page.evaluate(() => performance.now());
   await page.setInputFiles('#file-input', file);
   await page.waitForFunction(() => document.querySelector('#error')

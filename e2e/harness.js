@@ -2,6 +2,7 @@
 // every request, and a Chromium launched the way this machine allows (no downloads).
 import { createServer } from 'node:http';
 import { readFile, mkdtemp } from 'node:fs/promises';
+import { readFileSync } from 'node:fs';
 import { join, extname, resolve } from 'node:path';
 import { tmpdir } from 'node:os';
 import { chromium } from 'playwright-core';
@@ -63,6 +64,30 @@ export function paintedPixels(page, id = 'timeline') {
     for (let i = 0; i < d.length; i += 4) if (Math.abs(d[i] - d[0]) + Math.abs(d[i + 1] - d[1]) + Math.abs(d[i + 2] - d[2]) > 30) n++;
     return n;
   }, id);
+}
+
+/** Chromium goes on starting after Playwright's launch returns: on two cores, both were 70 to
+ * 90% busy for 400 ms after the launch and its first page, idle from about 600 ms (three
+ * launches, docs/benchmarks.md, thirteenth), and a file chosen at once shared the cores with
+ * that. Waits until the machine's cores have been idle (under 10% busy) for 200 ms, at least
+ * a second after it is called and at most five; where /proc/stat cannot be read, a second. */
+export async function whenCoresIdle(page) {
+  const busy = () => {
+    try {
+      const t = readFileSync('/proc/stat', 'utf8').split('\n')[0].split(/\s+/).slice(1).map(Number);
+      return [t.reduce((a, b) => a + b, 0), t[3] + t[4]];
+    } catch { return null; }
+  };
+  const since = Date.now();
+  await page.waitForTimeout(1000);
+  let last = busy();
+  while (last && Date.now() - since < 5000) {
+    await page.waitForTimeout(200);
+    const now = busy();
+    const total = now[0] - last[0];
+    if (total > 0 && 1 - (now[1] - last[1]) / total < 0.1) return;
+    last = now;
+  }
 }
 
 /** Lets the page answer and draw: a short wait, then two animation frames. */
