@@ -117,6 +117,6 @@ const all = small.flatMap(f => [...first.get(f.path), ...later.get(f.path)]);
 const firsts = small.flatMap(f => first.get(f.path));
 console.log(`files <= 5 MB: median ${fmt(median(all))} ms over ${all.length} opens (first file of a page: ${fmt(median(firsts))} ms); target <= 60`);
 const worst = small.map(f => [median(first.get(f.path)), basename(f.path)]).sort((x, y) => y[0] - x[0])[0];
-console.log(`  each file as a page's first file: the slowest median ${fmt(worst[0])} ms (${worst[1]}, ${rounds} open${rounds === 1 ? "" : "s"}); target <= 60`);
+console.log(`  each file as a page's first file: the slowest median ${fmt(worst[0])} ms (${worst[1]}, ${rounds} open${rounds === 1 ? '' : 's'}); target <= 60`);
 console.log(`cold page (fresh profile, page + bundled example to its first timeline): median ${fmt(median(cold))} ms [${cold.map(fmt).join(', ')}]; its file's load ${fmt(median(coldParts.load))} ms; target <= 400`);
 console.log(`  the same in a browser launched a moment before (its start shares the cores): median ${fmt(median(launched))} ms [${launched.map(fmt).join(', ')}]`);
