@@ -62,8 +62,9 @@ struct Worker {
     loaded: Cell<Option<(DocId, u32)>>,
     /// No background work before then (this worker's clock): see [`QUIET_MS`].
     quiet_until: Cell<f64>,
-    /// Calls [`Worker::on_tick`]: a timer's callback, for the slice that waits out the quiet.
-    tick_later: OnceCell<js_sys::Function>,
+    /// Calls [`Worker::on_tick`]: the `tick` channel's listener, and the timer's callback for
+    /// the slice that waits out the quiet.
+    on_tick: OnceCell<js_sys::Function>,
 }
 
 impl Worker {
@@ -221,7 +222,7 @@ impl Worker {
         // In the quiet after a load the slice waits for its end, still in line (so nothing
         // else is put in line meanwhile); requests are answered as they come.
         let quiet = self.quiet_until.get() - self.now();
-        if let Some(later) = self.tick_later.get().filter(|_| quiet > 0.0) {
+        if let Some(later) = self.on_tick.get().filter(|_| quiet > 0.0) {
             let waits = self.scope.set_timeout_with_callback_and_timeout_and_arguments_0(later, quiet.ceil() as i32);
             if waits.is_ok() {
                 return;
@@ -403,16 +404,13 @@ fn main() {
         ahead: RefCell::new(None),
         loaded: Cell::new(None),
         quiet_until: Cell::new(0.0),
-        tick_later: OnceCell::new(),
+        on_tick: OnceCell::new(),
     });
     let w = worker.clone();
-    let ontick = Closure::<dyn Fn(MessageEvent)>::new(move |_: MessageEvent| w.on_tick());
-    worker.tick.port1().set_onmessage(Some(ontick.as_ref().unchecked_ref()));
-    ontick.forget();
-    let w = worker.clone();
-    let later = Closure::<dyn Fn()>::new(move || w.on_tick());
-    let _ = worker.tick_later.set(later.as_ref().unchecked_ref::<js_sys::Function>().clone());
-    later.forget();
+    let ontick = Closure::<dyn Fn()>::new(move || w.on_tick());
+    let ontick: js_sys::Function = ontick.into_js_value().unchecked_into();
+    worker.tick.port1().set_onmessage(Some(&ontick));
+    let _ = worker.on_tick.set(ontick);
     let w = worker.clone();
     let onmessage = Closure::<dyn Fn(MessageEvent)>::new(move |m: MessageEvent| w.on_message(m.data()));
     scope.set_onmessage(Some(onmessage.as_ref().unchecked_ref()));

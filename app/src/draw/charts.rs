@@ -143,7 +143,7 @@ pub fn diff(canvas: &HtmlCanvasElement, d: &engine::protocol::Diff, th: &Theme) 
         ctx.fill_rect(x_of(x), mid - hh.max(0.0), cw + 0.4, hh.abs().max(1.0));
     }
     ctx.set_fill_style_str(&th.fg);
-    ctx.set_font("11px system-ui, sans-serif");
+    ctx.set_font(super::FONT);
     ctx.set_text_align("right");
     ctx.set_text_baseline("middle");
     let _ = ctx.fill_text("B − A", LEFT - 6.0, mid);

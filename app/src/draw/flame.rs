@@ -49,7 +49,7 @@ pub fn flame(canvas: &HtmlCanvasElement, vm: &FlameVm, placed: &[Placed], hover:
     let Some((ctx, w, h)) = prepare(canvas) else { return };
     ctx.set_fill_style_str(&th.bg);
     ctx.fill_rect(0.0, 0.0, w, h);
-    ctx.set_font("11px system-ui, sans-serif");
+    ctx.set_font(super::FONT);
     ctx.set_text_baseline("middle");
     ctx.set_text_align("left");
     let searching = vm.hits > 0;

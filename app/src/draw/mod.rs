@@ -24,6 +24,8 @@ pub const LANE: f64 = 13.0;
 pub const SPAN_ROWS: u32 = 3;
 pub const TOP: f64 = LANE * (1 + SPAN_ROWS) as f64 + 8.0;
 pub const BOTTOM: f64 = 24.0;
+/// The font of the plots' labels and axes (the one [`warm`] draws in first).
+pub const FONT: &str = "11px system-ui, sans-serif";
 
 /// Colours of the current theme, read from the page's CSS variables.
 pub struct Theme {
@@ -96,7 +98,7 @@ pub fn warm() {
         web_sys::window().and_then(|w| w.document()).and_then(|d| d.create_element("canvas").ok()?.dyn_into().ok());
     let ctx: Option<Ctx> = canvas.and_then(|c| c.get_context("2d").ok()??.dyn_into().ok());
     if let Some(ctx) = ctx {
-        ctx.set_font("11px system-ui, sans-serif");
+        ctx.set_font(FONT);
         let _ = ctx.fill_text(&tick_label(3 << 29, 1 << 29), 0.0, 8.0);
     }
     let _ = image(&[0; 16], 2, 2);
@@ -178,7 +180,7 @@ fn y_grid_range(ctx: &Ctx, w: f64, lo: f64, hi: f64, y: &dyn Fn(f64) -> f64, th:
 
 /// Grid lines and labels at the multiples of `step` from `lo` to `hi`.
 fn grid_lines(ctx: &Ctx, w: f64, lo: f64, hi: f64, step: u64, y: &dyn Fn(f64) -> f64, th: &Theme) {
-    ctx.set_font("11px system-ui, sans-serif");
+    ctx.set_font(FONT);
     ctx.set_text_baseline("middle");
     ctx.set_text_align("right");
     // Ticks by count, so that no total near u64::MAX (a hostile file) can wrap the sum.

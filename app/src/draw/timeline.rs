@@ -240,7 +240,7 @@ pub fn minimap(canvas: &HtmlCanvasElement, vm: &ViewModel, start: f64, end: f64,
     ctx.set_stroke_style_str(&th.accent);
     ctx.stroke_rect(x0 + 0.5, y0 + 0.5, (x1 - x0).max(2.0) - 1.0, (y1 - y0).max(2.0) - 1.0);
     ctx.set_fill_style_str(&th.fg);
-    ctx.set_font("11px system-ui, sans-serif");
+    ctx.set_font(super::FONT);
     ctx.set_text_align("right");
     ctx.set_text_baseline("middle");
     let _ = ctx.fill_text("overview", LEFT - 6.0, h / 2.0);
