@@ -1,9 +1,8 @@
 //! A spare worker's warm-up: it opens a small generated snapshot, shaped like a recording,
 //! the way a real file is opened (read in slices and finished, `PASSES` times; its first
 //! views, the minimap, the event list, a hover, some background analysis) and then forgets
-//! it. The messages a file's worker would send
-//! meanwhile are handed to the worker to encode and drop, so that the code that sends a
-//! file's answers is warm too.
+//! it. The messages a file's worker would send meanwhile are handed to the worker to encode
+//! and drop, so that the code that sends a file's answers is warm too.
 //!
 //! Why: a worker's wasm starts on V8's baseline code (Liftoff), which runs the reader and
 //! the level-of-detail sweep 3 to 5 times slower than the optimised code (TurboFan) that a
@@ -220,7 +219,7 @@ const NEW_FRAME_EVERY: usize = 10;
 /// `compile_context` and `user_metadata` PyTorch 2.8+ writes on each one; PyTorch makes
 /// each entry's `compile_context` afresh, so the pickle's memo does not share it (pt210
 /// spells out 23,552 strings for its 22,332 entries) and the reader interns one per entry.
-/// This writer shares equal strings, so each entry gets a text of its own.
+/// This writer shares equal strings, so each entry of a device gets a text of its own.
 fn like_a_recording(snap: &mut Snapshot) {
     let Some(traces) = snap.device_traces.take() else { return };
     let metadata = snap.strings.intern("");
@@ -304,7 +303,7 @@ mod tests {
 
     /// The generated snapshot, reshaped, keeps showing frames not read before to its last
     /// entry, and every entry has the keys PyTorch 2.8+ writes, its `compile_context` a
-    /// string of its own.
+    /// string of its own on its device.
     #[test]
     fn its_snapshot_shows_new_frames_to_the_end() {
         let mut snap = synth::generate(&synth::Options::for_bytes(BYTES));
@@ -313,8 +312,8 @@ mod tests {
         assert!(snap.frames.len() > before, "new frames were made");
         let traces = snap.device_traces.as_ref().expect("the generated snapshot has traces");
         let mut seen = std::collections::HashSet::new();
-        let mut contexts = std::collections::HashSet::new();
         for t in traces {
+            let mut contexts = std::collections::HashSet::new();
             let n = t.len();
             let (mut last_third, mut new_in_last_third) = (0, 0);
             for i in 0..n {
