@@ -78,6 +78,14 @@ enum Stage {
     Done,
 }
 
+impl Stage {
+    /// Pass `pass` over the snapshot's bytes, from their start.
+    fn read(bytes: Vec<u8>, pass: u8) -> Stage {
+        let loading = Box::new(Loading::new("warm-up.pickle", bytes.len() as u64, 0.0));
+        Stage::Read { bytes, at: 0, loading, pass }
+    }
+}
+
 impl Default for Warmup {
     fn default() -> Self {
         Self::new()
@@ -109,11 +117,7 @@ impl Warmup {
                 like_a_recording(&mut snap);
                 Stage::Write(Box::new(snap))
             }
-            Stage::Write(snap) => {
-                let bytes = snapshot::write::to_pickle_bytes(&snap);
-                let loading = Box::new(Loading::new("warm-up.pickle", bytes.len() as u64, 0.0));
-                Stage::Read { bytes, at: 0, loading, pass: 0 }
-            }
+            Stage::Write(snap) => Stage::read(snapshot::write::to_pickle_bytes(&snap), 0),
             Stage::Read { bytes, at, mut loading, pass } => {
                 let end = (at + SLICE).min(bytes.len());
                 let (read, total) = (end as u64, bytes.len() as u64);
@@ -125,10 +129,7 @@ impl Warmup {
                 }
             }
             Stage::Finish { bytes, loading, pass } => match self.engine.finish(DOC, *loading, &|| 0.0) {
-                Ok(_) if pass + 1 < PASSES => {
-                    let loading = Box::new(Loading::new("warm-up.pickle", bytes.len() as u64, 0.0));
-                    Stage::Read { bytes, at: 0, loading, pass: pass + 1 }
-                }
+                Ok(_) if pass + 1 < PASSES => Stage::read(bytes, pass + 1),
                 Ok(info) => {
                     let device = info.first_device();
                     let entries = info.devices.iter().find(|d| d.device == device).map_or(0, |d| d.entries) as f64;
