@@ -1,7 +1,7 @@
 //! A spare worker's warm-up: it opens a small generated snapshot, shaped like a recording,
-//! the way a real file is opened (read in slices and finished, `PASSES` times; its first
-//! views, the minimap, the event list, a hover, some background analysis) and then forgets
-//! it. The messages a file's worker would send meanwhile are handed to the worker to encode
+//! the way a real file is opened (read in slices and finished, `PASSES` times; laid out
+//! again with every allocation of one size, `LAYOUTS` times; its first views, the minimap,
+//! the event list, a hover, some background analysis) and then forgets it. The messages a file's worker would send meanwhile are handed to the worker to encode
 //! and drop, so that the code that sends a file's answers is warm too.
 //!
 //! Why: a worker's wasm starts on V8's baseline code (Liftoff), which runs the reader and
@@ -16,6 +16,7 @@
 //! waits at most one step; the worker drops the warm-up as soon as a file comes.
 
 use snapshot::synth;
+use snapshot::timeline::Timeline;
 use snapshot::{Snapshot, Trace};
 
 use crate::protocol::{FromWorker, Kind, LoadEvent, PaletteVm, Request, Response, ViewQuery};
@@ -25,10 +26,13 @@ use crate::{Engine, Loading};
 /// short (the passes after it run mostly on optimised code).
 const BYTES: u64 = 400_000;
 /// Times it is read (and finished): the reader's helpers (the memo, the stacks' table, the
-/// general path of [`like_a_recording`]) and the layout's long calls are optimised only after
-/// as much work as a few MB of a real file makes: read once, 9 to 13 of them were optimised
-/// in the middle of the first real file instead (V8's log of its compiles).
+/// general path of [`like_a_recording`]) are optimised only after as much work as a few MB of
+/// a real file makes: read once, 9 to 13 of them were optimised in the middle of the first
+/// real file instead (V8's log of its compiles). The layout's long calls need [`LAYOUTS`].
 const PASSES: u8 = 8;
+/// Times its device's timeline is then laid out again, every allocation of one size (see
+/// [`one_class`]).
+const LAYOUTS: u8 = 8;
 /// The slices it is read in: one step each.
 const SLICE: usize = 32 << 10;
 /// Its id in the warm-up's own engine.
@@ -66,6 +70,14 @@ enum Stage {
         bytes: Vec<u8>,
         loading: Box<Loading>,
         pass: u8,
+    },
+    /// Lays out `snap`'s (the snapshot read, in [`one_class`]) timeline of the device, `left`
+    /// more times; then its views.
+    Layout {
+        snap: Box<Snapshot>,
+        left: u8,
+        device: u32,
+        entries: f64,
     },
     /// The `i`th request; `entries`: the device's trace entries (at least its steps: where
     /// zoomed views end).
@@ -134,10 +146,23 @@ impl Warmup {
                     let device = info.first_device();
                     let entries = info.devices.iter().find(|d| d.device == device).map_or(0, |d| d.entries) as f64;
                     sent(&FromWorker::Load { id: DOC, event: LoadEvent::Loaded(info) });
-                    Stage::View { i: 0, device, entries }
+                    match self.engine.docs.get(&DOC) {
+                        Some(doc) => {
+                            Stage::Layout { snap: Box::new(one_class(&doc.snap)), left: LAYOUTS, device, entries }
+                        }
+                        None => Stage::View { i: 0, device, entries },
+                    }
                 }
                 Err(_) => Stage::Done,
             },
+            Stage::Layout { snap, left, device, entries } => {
+                drop(Timeline::build(&snap, device as usize, Kind::Blocks));
+                if left > 1 {
+                    Stage::Layout { snap, left: left - 1, device, entries }
+                } else {
+                    Stage::View { i: 0, device, entries }
+                }
+            }
             Stage::View { i, device, entries } => {
                 let response = self.view(i, device, entries);
                 sent(&FromWorker::Reply { id: u32::from(i), response });
@@ -206,6 +231,32 @@ impl Warmup {
         self.engine.handle(request)
     }
 }
+
+/// The snapshot with every traced allocation of one size, for [`Stage::Layout`]. A layout
+/// sorts each size class's elements twice (`Timeline::build`): a real file has thousands in
+/// some class (pt25: 7,801 elements), the generated one a few dozen to a few hundred, too
+/// short a sort for V8 to optimise its loops, however often it is read. V8's log of its
+/// compiles showed the sort and `Timeline::finish` optimised in the middle of a page's first
+/// 4 MB file (12 to 23 ms of compiling, while that file's layout ran on baseline code); laid
+/// out in one class eight times, both are optimised before any file comes.
+fn one_class(snap: &Snapshot) -> Snapshot {
+    let mut out = snap.clone();
+    if let Some(traces) = out.device_traces.as_mut() {
+        for t in traces.iter_mut() {
+            let mut same = Trace::with_capacity(t.len());
+            for i in 0..t.len() {
+                let mut e = t.entry(i);
+                e.size = ONE_SIZE;
+                same.push(&e);
+            }
+            *t = same;
+        }
+    }
+    out
+}
+
+/// The size of every allocation in [`one_class`].
+const ONE_SIZE: u64 = 1 << 20;
 
 /// Every how many entries the warm-up's trace has a frame not seen before.
 const NEW_FRAME_EVERY: usize = 10;
@@ -292,7 +343,8 @@ mod tests {
         // Every view but the minimap's totals (the other three requests are not views).
         assert_eq!(pictures, usize::from(VIEWS) - 4, "its views are pictures");
         assert!(drawn, "the first view drew bands");
-        let slices = (w.steps() as usize).saturating_sub(2 + usize::from(PASSES) + VIEWS as usize);
+        let slices =
+            (w.steps() as usize).saturating_sub(2 + usize::from(PASSES) + usize::from(LAYOUTS) + VIEWS as usize);
         assert!(
             slices >= usize::from(PASSES) * 400_000 / SLICE,
             "read {PASSES} times in slices of {SLICE} bytes, one a step ({} steps)",
@@ -336,6 +388,35 @@ mod tests {
                 new_in_last_third * (NEW_FRAME_EVERY + 1) >= last_third,
                 "{new_in_last_third} of the last {last_third} entries with a stack bring a new frame"
             );
+        }
+    }
+
+    /// The layouts after the reads sort every traced allocation in one size class, a long
+    /// sort as a real file's largest classes are, and lay out the same lives as the snapshot
+    /// read (only the sizes changed).
+    #[test]
+    fn its_layouts_sort_every_allocation_in_one_class() {
+        use snapshot::timeline::Origin;
+        let mut snap = synth::generate(&synth::Options::for_bytes(BYTES));
+        like_a_recording(&mut snap);
+        let one = one_class(&snap);
+        for device in snap.devices() {
+            let (read, laid) =
+                (Timeline::build(&snap, device, Kind::Blocks), Timeline::build(&one, device, Kind::Blocks));
+            let lives = |tl: &Timeline| {
+                tl.elements()
+                    .iter()
+                    .filter(|e| e.origin == Origin::Traced)
+                    .map(|e| (e.start, e.end, e.addr))
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(lives(&laid), lives(&read), "device {device}: the same allocations live the same steps");
+            let traced: Vec<_> = laid.elements().iter().filter(|e| e.origin == Origin::Traced).collect();
+            assert!(traced.len() >= 1_000, "device {device}: {} allocations in the class, a short sort", traced.len());
+            assert!(traced.iter().all(|e| e.size == ONE_SIZE), "device {device}: every allocation is of one size");
+            let sizes: std::collections::HashSet<u64> =
+                read.elements().iter().filter(|e| e.origin == Origin::Traced).map(|e| e.size).collect();
+            assert!(sizes.len() > 10, "device {device}: the snapshot read has sizes of its own ({})", sizes.len());
         }
     }
 }
