@@ -121,8 +121,8 @@ for (const size of sizes) {
   // The browser reports tasks of 50 ms or more only.
   console.log(`longest main-thread task    ${longest ? `${fmt(longest)} ms` : 'none of 50 ms or more'} from the choice to the first timeline (target <= 100)`);
   console.log(`memory                      worker wasm ${fmt(wasmMem / MB)} MB + page JS heap ${fmt(jsHeap / MB)} MB = ${fmt((wasmMem + jsHeap) / bytes)}x the file (target <= 1.5x)`);
-  console.log(`pan/zoom frame              median ${fmt(pct(frames, 0.5))} ms, p95 ${fmt(pct(frames, 0.95))} ms over ${frames.length} (target p95 <= 16)   | native views of the same keys (\`bench pan\`: Engine::handle alone): ${nativePan}`);
-  console.log(`pan/zoom preview            median ${fmt(pct(previews, 0.5))} ms, p95 ${fmt(pct(previews, 0.95))} ms over ${previews.length}: from the key to the last picture moved at once, before the exact one`);
+  console.log(`pan/zoom exact frame        median ${fmt(pct(frames, 0.5))} ms, p95 ${fmt(pct(frames, 0.95))} ms over ${frames.length}: the exact picture, after the preview below   | native views of the same keys (\`bench pan\`: Engine::handle alone): ${nativePan}`);
+  console.log(`pan/zoom preview            median ${fmt(pct(previews, 0.5))} ms, p95 ${fmt(pct(previews, 0.95))} ms over ${previews.length}: from the key to the last picture moved at once, before the exact one (target p95 <= 16)`);
   console.log(`hover details               median ${fmt(pct(details, 0.5))} ms, p95 ${fmt(pct(details, 0.95))} ms over ${details.length}, the first after load included (target p95 <= 16)`);
   console.log(`first hover after load      ${fmt(firstHover)} ms; its category line ${fmt(categoryAfter)} ms after the pointer moved (what was left of the background analyses)`);
   console.log(`select an event (state)     median ${fmt(pct(state, 0.5))} ms, max ${fmt(Math.max(...state))} ms over ${state.length} (target <= 50)`);
