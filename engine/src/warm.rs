@@ -1,8 +1,9 @@
 //! A spare worker's warm-up: it opens a small generated snapshot, shaped like a recording,
 //! the way a real file is opened (read in slices and finished, `PASSES` times; laid out
 //! again with every allocation of one size, `LAYOUTS` times; its first views, the minimap,
-//! the event list, a hover, some background analysis) and then forgets it. The messages a file's worker would send meanwhile are handed to the worker to encode
-//! and drop, so that the code that sends a file's answers is warm too.
+//! the event list, a hover, some background analysis) and then forgets it. The messages a
+//! file's worker would send meanwhile are handed to the worker to encode and drop, so that
+//! the code that sends a file's answers is warm too.
 //!
 //! Why: a worker's wasm starts on V8's baseline code (Liftoff), which runs the reader and
 //! the level-of-detail sweep 3 to 5 times slower than the optimised code (TurboFan) that a
@@ -235,10 +236,10 @@ impl Warmup {
 /// The snapshot with every traced allocation of one size, for [`Stage::Layout`]. A layout
 /// sorts each size class's elements twice (`Timeline::build`): pt25's largest class holds
 /// 3,221 of its 7,801, the generated snapshot's 365 of 1,662, too short a sort for V8 to
-/// optimise its loops, however often it is read. V8's log of its
-/// compiles showed the sort and `Timeline::finish` optimised in the middle of a page's first
-/// 4 MB file (12 to 23 ms of compiling, while that file's layout ran on baseline code); laid
-/// out in one class eight times, both are optimised before any file comes.
+/// optimise its loops, however often it is read. V8's log of its compiles showed the sort
+/// and `Timeline::finish` optimised in the middle of a page's first 4 MB file (12 to 23 ms
+/// of compiling, while that file's layout ran on baseline code); laid out in one class
+/// eight times, both are optimised before any file comes.
 fn one_class(snap: &Snapshot) -> Snapshot {
     let mut out = snap.clone();
     if let Some(traces) = out.device_traces.as_mut() {
