@@ -825,9 +825,9 @@ fn print_doctor(out: &mut impl std::io::Write, r: &snapshot::doctor::Report) -> 
         writeln!(out, "  {}", o.why)?;
         writeln!(
             out,
-            "  requested        {:>12} ({:?} pool, stream {}; a new segment would be {})",
+            "  requested        {:>12} ({} pool, stream {}; a new segment would be {})",
             fs(o.requested_bytes.into()),
-            o.pool,
+            o.pool.label(),
             o.stream,
             fs(o.segment_bytes_needed.into())
         )?;
@@ -849,8 +849,8 @@ fn print_doctor(out: &mut impl std::io::Write, r: &snapshot::doctor::Report) -> 
         for p in &o.free_by_pool {
             writeln!(
                 out,
-                "    {:?} pool, stream {}{}: {} segments, {} reserved, {} free in {} blocks, largest {}",
-                p.pool,
+                "    {} pool, stream {}{}: {} segments, {} reserved, {} free in {} blocks, largest {}",
+                p.pool.label(),
                 p.stream,
                 if p.expandable { " (expandable)" } else { "" },
                 p.segments,

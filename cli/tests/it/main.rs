@@ -350,6 +350,15 @@ fn doctor_reads_verdicts_and_figures() {
         assert!(line.contains(" in ") || line.contains("outside"), "{line}");
     }
     assert!(text.contains("advice [expandable_segments:True]"), "{text}");
+    // The pools in words, as the JSON names them (not the enum's names).
+    for o in r["ooms"].as_array().unwrap() {
+        let requested = format!("({} pool, stream {};", o["pool"].as_str().unwrap(), o["stream"]);
+        assert!(text.contains(&requested), "{requested} in {text}");
+        for f in o["free_by_pool"].as_array().unwrap() {
+            let pool = format!("    {} pool, stream {}", f["pool"].as_str().unwrap(), f["stream"]);
+            assert!(text.lines().any(|l| l.starts_with(&pool)), "{pool} in {text}");
+        }
+    }
 
     // Two devices, each with its error: --device picks one.
     let made = memscape(&["synth", "--entries", "6000", "--devices", "2", "--oom", "-o", &p("two.pickle")]);

@@ -63,6 +63,17 @@ pub enum PoolKind {
     Private,
 }
 
+impl PoolKind {
+    /// The name for people, as in "the large pool" (the JSON's name too).
+    pub fn label(self) -> &'static str {
+        match self {
+            PoolKind::Small => "small",
+            PoolKind::Large => "large",
+            PoolKind::Private => "private",
+        }
+    }
+}
+
 /// The pool a request of `size` bytes is served from (`pool`: the oom entry's `pool_id`).
 pub fn request_pool(size: u64, pool: Option<PoolId>) -> (PoolKind, Option<PoolId>) {
     match pool {
@@ -330,5 +341,13 @@ mod tests {
         // A large request gets one only with less than 20 MiB left over.
         assert!(may_serve((600 << 20) + LARGE_BUFFER - 1, 600 << 20, Some(m)));
         assert!(!may_serve((600 << 20) + LARGE_BUFFER, 600 << 20, Some(m)));
+    }
+
+    /// A pool's name for people is the one its JSON carries.
+    #[test]
+    fn pools_are_named_as_their_json_names_them() {
+        for pool in [PoolKind::Small, PoolKind::Large, PoolKind::Private] {
+            assert_eq!(serde_json::to_value(pool).unwrap(), pool.label());
+        }
     }
 }
