@@ -18,7 +18,7 @@
 
 use snapshot::synth;
 use snapshot::timeline::Timeline;
-use snapshot::{Snapshot, Trace};
+use snapshot::{Entry, Snapshot, Trace};
 
 use crate::protocol::{FromWorker, Kind, LoadEvent, PaletteVm, Request, Response, ViewQuery};
 use crate::{Engine, Loading};
@@ -242,18 +242,27 @@ impl Warmup {
 /// eight times, both are optimised before any file comes.
 fn one_class(snap: &Snapshot) -> Snapshot {
     let mut out = snap.clone();
-    if let Some(traces) = out.device_traces.as_mut() {
-        for t in traces.iter_mut() {
-            let mut same = Trace::with_capacity(t.len());
+    rewrite_entries(&mut out, |_, _, e| e.size = ONE_SIZE);
+    out
+}
+
+/// Rebuilds every device's trace entry by entry; `f` changes each entry (given its index in
+/// its trace) and may add to the snapshot (strings, frames, stacks) meanwhile.
+fn rewrite_entries(snap: &mut Snapshot, mut f: impl FnMut(&mut Snapshot, usize, &mut Entry)) {
+    let Some(traces) = snap.device_traces.take() else { return };
+    let traces = traces
+        .iter()
+        .map(|t| {
+            let mut out = Trace::with_capacity(t.len());
             for i in 0..t.len() {
                 let mut e = t.entry(i);
-                e.size = ONE_SIZE;
-                same.push(&e);
+                f(snap, i, &mut e);
+                out.push(&e);
             }
-            *t = same;
-        }
-    }
-    out
+            out
+        })
+        .collect();
+    snap.device_traces = Some(traces);
 }
 
 /// The size of every allocation in [`one_class`].
@@ -274,30 +283,19 @@ const NEW_FRAME_EVERY: usize = 10;
 /// spells out 23,552 strings for its 22,332 entries) and the reader interns one per entry.
 /// This writer shares equal strings, so each entry of a device gets a text of its own.
 fn like_a_recording(snap: &mut Snapshot) {
-    let Some(traces) = snap.device_traces.take() else { return };
     let metadata = snap.strings.intern("");
-    let traces = traces
-        .iter()
-        .map(|t| {
-            let mut out = Trace::with_capacity(t.len());
-            for i in 0..t.len() {
-                let mut e = t.entry(i);
-                e.compile_context = Some(snap.strings.intern(&format!("[{i}/0]")));
-                e.user_metadata = Some(metadata);
-                if let Some(stack) = e.frames.filter(|_| i % NEW_FRAME_EVERY == 0) {
-                    let mut frames = snap.stacks.get(stack).to_vec();
-                    if let Some(f) = frames.first().and_then(|f| snap.frames.get(f.0 as usize)) {
-                        let (name, file) = (snap.str(f.name).to_string(), snap.str(f.filename).to_string());
-                        frames[0] = snap.add_frame(&name, &file, 100_000 + i as i64);
-                        e.frames = Some(snap.add_stack(&frames));
-                    }
-                }
-                out.push(&e);
+    rewrite_entries(snap, |snap, i, e| {
+        e.compile_context = Some(snap.strings.intern(&format!("[{i}/0]")));
+        e.user_metadata = Some(metadata);
+        if let Some(stack) = e.frames.filter(|_| i % NEW_FRAME_EVERY == 0) {
+            let mut frames = snap.stacks.get(stack).to_vec();
+            if let Some(f) = frames.first().and_then(|f| snap.frames.get(f.0 as usize)) {
+                let (name, file) = (snap.str(f.name).to_string(), snap.str(f.filename).to_string());
+                frames[0] = snap.add_frame(&name, &file, 100_000 + i as i64);
+                e.frames = Some(snap.add_stack(&frames));
             }
-            out
-        })
-        .collect();
-    snap.device_traces = Some(traces);
+        }
+    });
 }
 
 #[cfg(test)]
