@@ -15,6 +15,7 @@ use crate::doctor::{Doctor, DoctorView, OomBanner};
 use crate::dom::{dropped_entries, files_with_paths, read_entries};
 use crate::events::EventList;
 use crate::flame::{FlameView, Flames};
+use crate::history::HistoryBanner;
 use crate::keys::{self, Help, HelpBox};
 use crate::modes::{Mode, ModeSwitch, Shown};
 use crate::open::{Opener, EXAMPLE};
@@ -168,6 +169,7 @@ fn FileViews() -> impl IntoView {
     let plot = expect_context::<Plot>();
     view! {
         <OomBanner/>
+        <HistoryBanner/>
         <Show when=move || shown.is(Mode::Doctor)>
             <DoctorView/>
         </Show>

@@ -1,5 +1,7 @@
 //! The details of the pinned allocation, else of the one under the pointer: figures,
-//! origin, category, and its stack (PyTorch's frame filter, or every frame), copyable.
+//! origin, why it has no stack, labels put on it, where a backward allocation's tensor was
+//! made in forward, category, and its stack (PyTorch's frame filter, or every frame, with
+//! compiled code's FX node and original code under its frame), copyable.
 
 use engine::protocol::Details;
 use leptos::prelude::*;
@@ -18,10 +20,15 @@ pub(crate) fn DetailsPanel() -> impl IntoView {
                 None => view! { <p class="hint">"Hover over the timeline; click to pin."</p> }.into_any(),
                 Some(d) => {
                     let frames = if sel.all_frames.get() { d.all_frames.clone() } else { d.frames.clone() };
+                    let forward = d.forward_frames.clone();
                     view! {
                         <Figures d=d/>
                         <StackTools/>
                         <pre id="stack">{if frames.is_empty() { "(no stack recorded)".to_string() } else { frames.join("\n") }}</pre>
+                        {forward.map(|f| view! {
+                            <h3>"Forward pass (where this tensor was created)"</h3>
+                            <pre id="forward-stack">{f}</pre>
+                        })}
                     }.into_any()
                 }
             }}
@@ -44,6 +51,9 @@ fn Figures(d: Details) -> impl IntoView {
             {row("total after", bytes_text(d.total_after))}
             {row("lifetime", format!("steps {} to {}", d.start_step, d.end_step))}
             {row("origin", d.origin.clone())}
+            {d.no_stack.clone().map(|c| row("no stack", c))}
+            {d.forward_site.clone().map(|c| row("created in forward", format!("at {c}")))}
+            {(!d.labels.is_empty()).then(|| row("labels", d.labels.join("; ")))}
             {d.compile_context.clone().map(|c| row("compile context", c))}
             {d.user_metadata.clone().map(|c| row("user metadata", c))}
             {d.category.clone().map(|c| row("category field", c))}

@@ -2,7 +2,8 @@
 //! the verdict (exhausted, fragmentation, other limit) and why, who holds the memory, and
 //! advice with its predicted effect; without an OOM the headroom at the peak. What-if
 //! budgets predict the peak under other setups; a ticked one is drawn as a line on the
-//! category chart (`state::Predicted`). A banner offers the doctor whenever the device shown has an OOM, and a
+//! category chart (`state::Predicted`). A banner names every device that ran out of memory (a link to each) and offers the
+//! doctor on the device shown; a
 //! click on an OOM's mark in the timeline opens it there.
 
 use engine::protocol::{DocId, DoctorReport as Report, Request, Response};
@@ -13,7 +14,7 @@ use snapshot::doctor::{Advice, Holder, Oom};
 use crate::client::worker;
 use crate::modes::{Mode, Shown};
 use crate::rules::UserRules;
-use crate::state::{Docs, Line, Messages, Predicted, Redraw};
+use crate::state::{Docs, Line, Messages, Nav, Predicted, Redraw};
 use crate::text::{bytes_text, delta_text};
 
 /// The report of the device shown and the OOM chosen.
@@ -108,18 +109,31 @@ fn lines(r: &Report) -> Vec<Line> {
         .collect()
 }
 
-/// "cuda:N ran out of memory": shown over every view but the doctor's.
+/// "cuda:N ran out of memory", for every device of the file that did, each a link to that
+/// device: shown over every view but the doctor's.
 #[component]
 pub(crate) fn OomBanner() -> impl IntoView {
     let (docs, shown, doctor) = (expect_context::<Docs>(), expect_context::<Shown>(), expect_context::<Doctor>());
-    let ooms = move || {
-        docs.tab().and_then(|t| t.info.devices.iter().find(|d| d.device == t.device).map(|d| (d.device, d.ooms)))
+    let nav = expect_context::<Nav>();
+    let ooms = move || -> Vec<(u32, u64)> {
+        docs.tab()
+            .map_or(Vec::new(), |t| t.info.devices.iter().filter(|d| d.ooms > 0).map(|d| (d.device, d.ooms)).collect())
     };
+    let here = move || docs.tab().is_some_and(|t| t.info.devices.iter().any(|d| d.device == t.device && d.ooms > 0));
+    let times = |n: u64| if n == 1 { "once".to_string() } else { format!("{n} times") };
     view! {
-        <Show when=move || !shown.is(Mode::Doctor) && ooms().is_some_and(|(_, n)| n > 0)>
+        <Show when=move || !shown.is(Mode::Doctor) && !ooms().is_empty()>
             <div id="oom-banner" role="status">
-                {move || ooms().map(|(dev, n)| format!("cuda:{dev} ran out of memory {}.", if n == 1 { "once".to_string() } else { format!("{n} times") }))}
-                " "<button id="open-doctor" on:click=move |_| doctor.open(None)>"Why? Open the doctor"</button>
+                {move || ooms().into_iter().map(|(dev, n)| view! {
+                    <span class="oom-device-line">
+                        <button class="oom-device link" data-device=dev.to_string() on:click=move |_| nav.device(dev)>{format!("cuda:{dev}")}</button>
+                        {format!(" ran out of memory {}.", times(n))}
+                    </span>
+                }).collect_view()}
+                " "
+                <Show when=here fallback=|| view! { <span class="hint">"Pick a device above to see why."</span> }>
+                    <button id="open-doctor" on:click=move |_| doctor.open(None)>"Why? Open the doctor"</button>
+                </Show>
             </div>
         </Show>
     }

@@ -21,6 +21,7 @@ mod dom;
 mod draw;
 mod events;
 mod flame;
+mod history;
 mod js_error;
 mod keys;
 mod modes;

@@ -43,6 +43,11 @@ fn rows(t: &Tab) -> Vec<AnyView> {
     if let Some(d) = sum.devices.iter().find(|d| d.device == u64::from(t.device)) {
         device_rows(d, &mut rows);
     }
+    // A trace without `time_us` (torch_npu's, before 2.2): said once, here.
+    if t.info.devices.iter().any(|d| d.device == t.device && d.entries > 0 && !d.has_time) {
+        let text = "none: the trace has no time_us, so the axis is the event index".to_string();
+        rows.push(text_row("time_axis".into(), "wall-clock time".into(), "none".into(), text).into_any());
+    }
     rows
 }
 
@@ -66,6 +71,16 @@ fn device_rows(d: &DeviceSummary, rows: &mut Vec<AnyView>) {
         }
     }
     rows.push(row("trace_entries".into(), format!("cuda:{} events", d.device), d.trace_entries, false).into_any());
+    if let Some(o) = d.history_overflowed {
+        let text = match (o, d.history_max_entries) {
+            (true, Some(n)) => format!("overflowed: only the last {n} events were kept"),
+            (true, None) => "overflowed: only the last events were kept".into(),
+            (false, _) => "complete".into(),
+        };
+        rows.push(
+            text_row("history_overflowed".into(), format!("cuda:{} history", d.device), o.to_string(), text).into_any(),
+        );
+    }
     rows.push(row("reserved_bytes".into(), format!("cuda:{} reserved", d.device), d.reserved_bytes, true).into_any());
     if d.outside_allocator_bytes > 0 {
         let label = format!("cuda:{} outside PyTorch's allocator", d.device);
@@ -83,5 +98,52 @@ fn device_rows(d: &DeviceSummary, rows: &mut Vec<AnyView>) {
         add("initially_allocated", "alive before recording", tl.initially_allocated, false);
         add("unmatched_frees", "frees without alloc", tl.unmatched_frees, false);
         add("snapshot_only", "only in final snapshot", tl.snapshot_only, false);
+    }
+    pool_rows(d, rows);
+}
+
+/// Private pools (`snapshot::pools`): the peak with each pool as its envelope, and a row per
+/// pool and stream.
+fn pool_rows(d: &DeviceSummary, rows: &mut Vec<AnyView>) {
+    if d.private_pools.is_empty() {
+        return;
+    }
+    let incl = &d.timeline_incl_private_pools;
+    rows.push(
+        row(
+            "timeline_incl_private_pools.peak_bytes".into(),
+            "allocated incl. private pools: peak".into(),
+            incl.peak_bytes,
+            true,
+        )
+        .into_any(),
+    );
+    rows.push(
+        row(
+            "timeline_incl_private_pools.final_bytes".into(),
+            "allocated incl. private pools: at the end".into(),
+            incl.final_bytes,
+            true,
+        )
+        .into_any(),
+    );
+    for p in &d.private_pools {
+        let (a, b) = p.pool_id;
+        let text = format!(
+            "reserved peak {}, {} at the end; its allocations at most {}",
+            format_size(i128::from(p.reserved_peak_bytes)),
+            format_size(i128::from(p.final_reserved_bytes)),
+            format_size(i128::from(p.live_peak_bytes))
+        );
+        let key = format!("private_pool.{a}.{b}.{}", p.stream);
+        rows.push(
+            text_row(
+                key,
+                format!("private pool ({a}, {b}), stream {}", p.stream),
+                p.reserved_peak_bytes.to_string(),
+                text,
+            )
+            .into_any(),
+        );
     }
 }

@@ -60,6 +60,9 @@ struct Input {
     open_spans: Snapshot,
     open_blocks: Timeline,
     blocks: Timeline,
+    /// `snap` with private pools and labels ([`pooled`]).
+    pooled: Snapshot,
+    pooled_blocks: Timeline,
     /// The training loop with an `oom` event at every forward pass, laid out and analysed.
     ooms: Snapshot,
     oom_blocks: Timeline,
@@ -87,6 +90,8 @@ impl Input {
         let short = own_sites(&synth::generate(&one_layer));
         let short_blocks = Timeline::build(&short, 0, TimelineKind::Blocks);
         let blocks = Timeline::build(&snap, 0, TimelineKind::Blocks);
+        let pooled = pooled(&snap);
+        let pooled_blocks = Timeline::build(&pooled, 0, TimelineKind::Blocks);
         let rules = Compiled::default();
         let ooms = synth::generate(&Options { oom_every_iteration: true, ..opts.clone() });
         let oom_blocks = Timeline::build(&ooms, 0, TimelineKind::Blocks);
@@ -108,6 +113,8 @@ impl Input {
             open_spans,
             open_blocks,
             blocks,
+            pooled,
+            pooled_blocks,
             ooms,
             oom_blocks,
             oom_cats,
@@ -180,6 +187,40 @@ fn ranks_of(p: &Profile, count: usize) -> Vec<snapshot::ranks::RankInput> {
 
 /// The snapshot with a call site of its own for every allocation: a frame `sites.py:K:f` on
 /// top of its stack.
+/// `snap` with private pools and labels: every other segment in one of four pools, a
+/// `pool_id` on every other entry, and an `annotate` entry after every eighth allocation.
+fn pooled(snap: &Snapshot) -> Snapshot {
+    let mut s = snap.clone();
+    for (k, seg) in s.segments.iter_mut().enumerate() {
+        if k % 2 == 1 {
+            seg.segment_pool_id = Some((1, k as u64 % 4));
+        }
+    }
+    let trace = snap.trace(0);
+    let label = s.strings.intern("a label");
+    let mut rows = snapshot::Trace::default();
+    let mut allocs = 0;
+    for i in 0..trace.len() {
+        let mut e = trace.entry(i);
+        if i % 2 == 0 {
+            e.pool_id = Some((1, i as u64 % 4));
+        }
+        rows.push(&e);
+        if e.action == snapshot::Action::Alloc {
+            allocs += 1;
+            if allocs % 8 == 0 {
+                let mut a = snapshot::Entry::new(snapshot::Action::Annotate, e.addr.unwrap_or(0), e.size, e.stream);
+                a.user_metadata = Some(label);
+                rows.push(&a);
+            }
+        }
+    }
+    if let Some(t) = s.device_traces.as_mut().and_then(|t| t.get_mut(0)) {
+        *t = rows;
+    }
+    s
+}
+
 fn own_sites(snap: &Snapshot) -> Snapshot {
     let mut s = snap.clone();
     let trace = snap.trace(0);
@@ -441,6 +482,21 @@ fn checks() -> Vec<(String, Sample)> {
         }),
     );
     put("stats summary", Box::new(|i| per_call(|| drop(black_box(stats::summary(&i.snap))))));
+    put(
+        "private pools (half the segments and entries in four pools)",
+        Box::new(|i| per_call(|| drop(black_box(snapshot::pools::pools(&i.pooled, &i.pooled_blocks))))),
+    );
+    put(
+        "labels (an annotate entry per 8 allocations)",
+        Box::new(|i| per_call(|| drop(black_box(snapshot::labels::Labels::new(&i.pooled, 0))))),
+    );
+    put(
+        "search (text), with labels",
+        Box::new(|i| {
+            let q = Query::Substring("a label".into());
+            per_call(|| drop(black_box(search::find(&i.pooled, &i.pooled_blocks, &q))))
+        }),
+    );
     put(
         "offline page assembly",
         Box::new(|i| per_call(|| drop(black_box(offline::page(&offline::Assets::default(), "s.pickle", &i.bytes))))),

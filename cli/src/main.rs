@@ -438,12 +438,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 eprintln!("memscape: {}: warning: {w}", file.display());
             }
             let snap = &loaded.snapshot;
-            let with_oom: Vec<usize> =
-                snap.devices().into_iter().filter(|&d| !snapshot::doctor::oom_entries(snap, d).is_empty()).collect();
-            let d = match device {
-                Some(d) => d,
-                None => with_oom.first().copied().or_else(|| snap.default_device()).unwrap_or(0),
-            };
+            let with_oom = snap.devices_with_oom();
+            let d = device.or_else(|| snap.default_device()).unwrap_or(0);
             let report = snapshot::doctor::doctor(snap, d, &rules);
             let mut out = std::io::stdout().lock();
             if json {

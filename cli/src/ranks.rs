@@ -13,7 +13,7 @@ use snapshot::ranks::{self, ProfileFile, RankInput, Ranks};
 use snapshot::stats::format_size as fs;
 use snapshot::timeline::{Timeline, TimelineKind};
 
-/// The profile of one device of a snapshot file (by default the one with the most events).
+/// The profile of one device of a snapshot file (by default `Snapshot::default_device`: the first that ran out of memory, else the one with the most events).
 pub(crate) fn snapshot_profile(path: &Path, device: Option<usize>, rules: &Compiled) -> anyhow::Result<Profile> {
     let loaded = crate::load(path)?;
     for w in &loaded.warnings {

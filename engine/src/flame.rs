@@ -3,7 +3,7 @@
 //! flagged when its frame matches the search.
 
 use snapshot::flame::{self, At, FlameQuery, NodeKind};
-use snapshot::frames::frame_line;
+use snapshot::frames::frame_text;
 use snapshot::search::{frame_matcher, Query};
 use snapshot::timeline::Timeline;
 use snapshot::Snapshot;
@@ -74,7 +74,7 @@ pub(crate) fn view(
                 offset: n.offset,
                 count: n.count,
                 rgb: rgb(n.largest),
-                hit: frame.zip(matches.as_ref()).is_some_and(|(fr, m)| m(&frame_line(snap, fr))),
+                hit: frame.zip(matches.as_ref()).is_some_and(|(fr, m)| m(&frame_text(snap, fr))),
             }
         })
         .collect();

@@ -21,9 +21,10 @@ use std::sync::Arc;
 
 use protocol::*;
 use snapshot::categories::{Analysis, Categories, Compiled};
+use snapshot::labels::Labels;
 use snapshot::state::{StateBuilder, StateIndex};
 use snapshot::timeline::{LodQuery, Origin, Timeline};
-use snapshot::{frames, search, stats, Action, Limits, Loader, Snapshot};
+use snapshot::{frames, history, search, sites, stats, Action, Limits, Loader, Snapshot};
 
 /// A file being read, chunk by chunk.
 pub struct Loading {
@@ -73,6 +74,8 @@ struct Lane {
     drawn: Arc<Vec<Band>>,
     /// The baseline of the last view (the next view's first guess).
     baseline: Option<u64>,
+    /// The `annotate` entries by the allocation they label.
+    labels: Labels,
 }
 
 impl Lane {
@@ -85,7 +88,9 @@ impl Lane {
             .map(|i| (timeline.step_of_entry(i as u32), i as u32))
             .collect();
         let spans = spans(snap, &timeline, device);
-        Lane { timeline, ooms, spans, hits: None, drawn: Arc::default(), baseline: None }
+        let labels =
+            if timeline.kind() == Kind::Blocks { Labels::new(snap, device as usize) } else { Labels::default() };
+        Lane { timeline, ooms, spans, hits: None, drawn: Arc::default(), baseline: None, labels }
     }
 
     /// Where the last view drew `element` (nothing when it was not drawn on its own).
@@ -653,6 +658,11 @@ impl Doc {
             ),
             Origin::Snapshot => "alive before recording began: known only from the final snapshot".into(),
         };
+        let forward_frames = match (entry, block) {
+            (Some(i), _) if e.origin == Origin::Traced => sites::forward_frames(snap, trace.extras(i)),
+            (_, Some(b)) => sites::forward_frames(snap, &b.extras),
+            _ => None,
+        };
         let total_after = if e.origin == Origin::Traced {
             tl.totals().get(e.start as usize).copied().unwrap_or(0)
         } else {
@@ -678,6 +688,10 @@ impl Doc {
             class,
             class_pending,
             origin,
+            no_stack: history::no_stack_cause(snap, tl, e),
+            forward_site: forward_frames.as_deref().and_then(sites::forward_site),
+            forward_frames,
+            labels: lane.labels.of(snap, device as usize, e),
             frames: stack.map(|s| frames::stack_lines(snap, s, true)).unwrap_or_default(),
             all_frames: stack.map(|s| frames::stack_lines(snap, s, false)).unwrap_or_default(),
         })

@@ -210,7 +210,8 @@ pub struct DocInfo {
     pub format: String,
     pub warnings: Vec<String>,
     pub devices: Vec<DeviceInfo>,
-    /// The device to show first (most events, never an empty one).
+    /// The device to show first (`Snapshot::default_device`: the first that ran out of
+    /// memory, else the one with most events; never an empty one).
     pub default_device: Option<u32>,
     pub summary: Summary,
     /// Worker-side time from the first slice asked for to the model built, ms (the reads
@@ -385,6 +386,14 @@ pub struct Details {
     pub class_pending: bool,
     /// `Allocated in the trace`, `Freed in the trace, allocated before recording began`, ...
     pub origin: String,
+    /// Why it has no stack, where the file tells (`snapshot::history::no_stack_cause`).
+    pub no_stack: Option<String>,
+    /// Where a backward allocation's tensor was created in forward (`forward_frames`): its
+    /// innermost user line, and the whole traceback.
+    pub forward_site: Option<String>,
+    pub forward_frames: Option<String>,
+    /// Labels put on it after the fact (`annotate` entries), oldest first.
+    pub labels: Vec<String>,
     pub frames: Vec<String>,
     pub all_frames: Vec<String>,
 }

@@ -24,7 +24,7 @@ pub struct RankProfile {
     pub file: String,
     /// For a profile file: the snapshot it was made from.
     pub source: Option<String>,
-    /// The device profiled (the one with the most events, as `memscape ranks`).
+    /// The device profiled (`Snapshot::default_device`, as `memscape ranks`).
     pub device: u32,
     /// The devices the snapshot records (1 for a profile file).
     pub devices: u32,

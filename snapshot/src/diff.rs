@@ -7,9 +7,10 @@
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
-use crate::categories::{call_site, Categories, Category, N};
-use crate::frames::{frame_line, stack_lines};
+use crate::categories::{Categories, Category, N};
+use crate::frames::stack_lines;
 use crate::model::{BlockState, Snapshot, StackId};
+pub use crate::sites::site_name;
 use crate::timeline::{Origin, Timeline};
 
 /// Points of a profile's totals curve (the highest total of each bucket of steps).
@@ -93,17 +94,6 @@ struct Sites {
     of_stack: FxHashMap<StackId, u32>,
     ids: FxHashMap<String, u32>,
     names: Vec<String>,
-}
-
-/// The call site an allocation of `stack` is keyed by in [`SiteMode::Frame`]: the line of
-/// the first frame of the user's own code (`file:line:name`, see
-/// [`call_site`](crate::categories::call_site)), `(no stack)` or `(no frames)`. The diff, the
-/// doctor's holders and the flame graph's lines of code all key by it.
-pub fn site_name(snap: &Snapshot, stack: Option<StackId>) -> String {
-    match stack {
-        None => "(no stack)".into(),
-        Some(s) => call_site(snap, s).map_or("(no frames)".into(), |f| frame_line(snap, &snap.frames[f.0 as usize])),
-    }
 }
 
 impl Sites {

@@ -3,6 +3,7 @@
 //! of repeated lines (`<repeats N times>`), see docs §4.7.
 
 use crate::model::{Frame, Snapshot, StackId};
+use crate::sites::fx_field;
 
 const HIDDEN_NAMES: &[&str] = &[
     "unwind::unwind",
@@ -40,10 +41,47 @@ pub fn frame_line(snap: &Snapshot, f: &Frame) -> String {
     format!("{}:{}:{}", snap.str(f.filename), f.line, snap.str(f.name))
 }
 
-/// The lines of a stack, innermost first; `filtered` hides what PyTorch's viewers hide.
+/// What PyTorch's viewer shows under a frame of compiled code
+/// (`_snapshot(augment_with_fx_traces=True)`): its FX node (name, op, target) and the
+/// original model code, each line indented under the frame. Empty for other frames.
+pub fn fx_lines(snap: &Snapshot, f: &Frame) -> Vec<String> {
+    if f.extras.is_empty() {
+        return Vec::new();
+    }
+    let field = |k: &str| fx_field(snap, f, k);
+    let mut out = Vec::new();
+    let node: Vec<String> = [("node", "fx_node_name"), ("op", "fx_node_op"), ("target", "fx_node_target")]
+        .iter()
+        .filter_map(|(label, k)| field(k).map(|v| format!("{label}={v}")))
+        .collect();
+    if !node.is_empty() {
+        out.push(format!("    FX {}", node.join(", ")));
+    }
+    if let Some(code) = field("fx_original_trace") {
+        out.push("    original code:".into());
+        out.extend(code.trim_end().lines().filter(|l| !l.trim().is_empty()).map(|l| format!("      {}", l.trim_end())));
+    }
+    out
+}
+
+/// A frame's line and what is shown under it ([`fx_lines`]), as search matches them.
+pub fn frame_text(snap: &Snapshot, f: &Frame) -> String {
+    let mut text = frame_line(snap, f);
+    for l in fx_lines(snap, f) {
+        text.push('\n');
+        text.push_str(&l);
+    }
+    text
+}
+
+/// The lines of a stack, innermost first, each frame of compiled code followed by its FX
+/// node and original code ([`fx_lines`]); `filtered` hides what PyTorch's viewers hide.
 /// Runs of three or more identical lines collapse to the line and `<repeats N times>`.
 pub fn stack_lines(snap: &Snapshot, stack: StackId, filtered: bool) -> Vec<String> {
-    let lines = snap.stack(stack).filter(|f| !(filtered && is_hidden(snap, f))).map(|f| frame_line(snap, f));
+    let lines = snap
+        .stack(stack)
+        .filter(|f| !(filtered && is_hidden(snap, f)))
+        .flat_map(|f| std::iter::once(frame_line(snap, f)).chain(fx_lines(snap, f)));
     elide_repeats(lines)
 }
 

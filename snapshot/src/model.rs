@@ -412,6 +412,13 @@ impl Trace {
         }
     }
 
+    /// Whether some entry has `action` (a scan of one byte per entry).
+    pub fn has_action(&self, action: Action) -> bool {
+        let code = action.code();
+        self.action.contains(&code)
+            && (code != u8::MAX || self.other_actions.iter().any(|&(_, s)| Action::Other(s) == action))
+    }
+
     /// The action of entry `i`.
     pub fn action(&self, i: usize) -> Action {
         let code = self.action.get(i).copied().unwrap_or(0);
@@ -463,7 +470,17 @@ impl Trace {
     pub fn has_categories(&self) -> bool {
         self.category.is_used()
     }
-    /// `pool_id` of entry `i`.
+    /// The entries that have other keys ([`Trace::extras`]), with them.
+    pub fn all_extras(&self) -> impl Iterator<Item = (usize, &[(StrId, Value)])> + '_ {
+        self.extras.iter().map(|(r, e)| (*r as usize, e.as_slice()))
+    }
+
+    /// The distinct `pool_id`s of the entries, in order of first appearance.
+    pub fn pool_ids(&self) -> &[PoolId] {
+        &self.pools
+    }
+
+    /// `pool_id` of entry `i`, when present.
     pub fn pool_id(&self, i: usize) -> Option<PoolId> {
         opt_id(self.pool.get(i)).and_then(|k| self.pools.get(k as usize).copied())
     }
@@ -734,9 +751,18 @@ impl Snapshot {
         per
     }
 
-    /// The device to open first: the one with the most trace entries, then the most
-    /// segments; `None` when nothing is recorded.
+    /// The devices whose trace has an out-of-memory error (`oom`), ascending.
+    pub fn devices_with_oom(&self) -> Vec<usize> {
+        self.devices().into_iter().filter(|&d| self.trace(d).has_action(Action::Oom)).collect()
+    }
+
+    /// The device to open and diagnose first (the viewer, `memscape doctor`, a rank's
+    /// profile): the first that ran out of memory, else the one with the most trace
+    /// entries, then the most segments; `None` when nothing is recorded.
     pub fn default_device(&self) -> Option<usize> {
+        if let Some(&d) = self.devices_with_oom().first() {
+            return Some(d);
+        }
         let segs = self.segments_by_device();
         self.devices()
             .into_iter()

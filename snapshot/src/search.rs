@@ -2,14 +2,17 @@
 //! address inside them, or by their call site.
 
 use crate::diff::site_name;
-use crate::frames::frame_line;
+use crate::frames::frame_text;
+use crate::labels::Labels;
 use crate::model::{Snapshot, StackId};
 use crate::timeline::Timeline;
 
 /// What to look for.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Query {
-    /// Frames whose `filename:line:name` line contains the text (case-insensitive).
+    /// Frames whose `filename:line:name` line, or the FX node and original code under it
+    /// ([`crate::frames::fx_lines`]), contains the text (case-insensitive); and allocations
+    /// whose label (an `annotate` entry, [`Labels`]) contains it.
     Substring(String),
     /// Frames whose line matches the regular expression.
     Regex(String),
@@ -81,12 +84,25 @@ pub fn find(snap: &Snapshot, tl: &Timeline, q: &Query) -> Result<Vec<u32>, Strin
         Query::CallSite(site) => Ok(by_stack(&mut |stack| site_name(snap, stack) == *site)),
         Query::Substring(_) | Query::Regex(_) => {
             let Some(matches) = frame_matcher(q)? else { return Ok(Vec::new()) };
-            let frame_hit: Vec<bool> = snap.frames.iter().map(|f| matches(&frame_line(snap, f))).collect();
-            Ok(by_stack(&mut |stack| {
+            let frame_hit: Vec<bool> = snap.frames.iter().map(|f| matches(&frame_text(snap, f))).collect();
+            let mut hits = by_stack(&mut |stack| {
                 stack.is_some_and(|s| {
                     snap.stacks.get(s).iter().any(|f| frame_hit.get(f.0 as usize).copied().unwrap_or(false))
                 })
-            }))
+            });
+            // Labels put on allocations after the fact (`annotate` entries) match as well.
+            let labels = Labels::new(snap, tl.device());
+            if !labels.is_empty() {
+                let labelled = tl
+                    .elements()
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, e)| labels.of(snap, tl.device(), e).iter().any(|l| matches(l)));
+                hits.extend(labelled.map(|(i, _)| i as u32));
+                hits.sort_unstable();
+                hits.dedup();
+            }
+            Ok(hits)
         }
     }
 }

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::model::{Block, BlockState, DeviceInfo, Snapshot};
+use crate::pools::{InclPools, PrivatePool};
 use crate::timeline::{Timeline, TimelineKind};
 
 /// Whole-snapshot figures, as `_memory_viz.py stats` computes them, plus one entry per device.
@@ -41,6 +42,20 @@ pub struct DeviceSummary {
     pub segment_timeline: TimelineSummary,
     /// Name and memory of the device, when the snapshot says (`memscape capture` does).
     pub gpu: Option<DeviceInfo>,
+    /// The trace's ring buffer overflowed, so its first events were lost (`None`: the file
+    /// does not say; `allocator_settings.trace_alloc_overflowed`).
+    #[serde(default)]
+    pub history_overflowed: Option<bool>,
+    /// The ring buffer's size (`allocator_settings.trace_alloc_max_entries`), when written.
+    #[serde(default)]
+    pub history_max_entries: Option<u64>,
+    /// Its private pools (CUDA graphs, `MemPool`), each per stream ([`crate::pools`]).
+    #[serde(default)]
+    pub private_pools: Vec<PrivatePool>,
+    /// Allocated memory with each private pool counted as its envelope (PyTorch's
+    /// "Allocated Memory (incl. Private Pools)"); the timeline's figures without pools.
+    #[serde(default)]
+    pub timeline_incl_private_pools: InclPools,
 }
 
 /// Figures of one timeline.
@@ -124,6 +139,14 @@ pub fn summary_with(snap: &Snapshot, mut also: impl FnMut(Timeline)) -> Summary 
     for d in snap.devices() {
         let blocks = Timeline::build(snap, d, TimelineKind::Blocks);
         let segs = Timeline::build(snap, d, TimelineKind::Segments);
+        let recording = crate::history::recording(snap, d);
+        let (private_pools, incl) = if crate::pools::has_private(snap, d) {
+            let p = crate::pools::pools(snap, &blocks);
+            let incl = p.incl();
+            (p.pools, incl)
+        } else {
+            (Vec::new(), InclPools { peak_bytes: blocks.peak_bytes(), final_bytes: blocks.final_bytes() })
+        };
         s.devices.push(DeviceSummary {
             device: d as u64,
             trace_entries: snap.trace(d).len() as u64,
@@ -137,6 +160,10 @@ pub fn summary_with(snap: &Snapshot, mut also: impl FnMut(Timeline)) -> Summary 
             timeline: TimelineSummary::of(&blocks),
             segment_timeline: TimelineSummary::of(&segs),
             gpu: gpus.iter().find(|g| g.device == d as i64).cloned(),
+            history_overflowed: recording.overflowed,
+            history_max_entries: recording.max_entries,
+            private_pools,
+            timeline_incl_private_pools: incl,
         });
         also(blocks);
     }

@@ -61,3 +61,26 @@ pub fn example(name: &str) -> Vec<u8> {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples").join(name);
     std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
+
+/// The snapshots shaped as PyTorch 2.10 to 2.15 writes them (`modern_snapshots.py`:
+/// compiled code's FX frames, C++-only backward stacks, `forward_frames`, `annotate`, an
+/// overflowed ring buffer, an OOM on another device than the busiest), written by Python's
+/// own pickler with `protocol` (4, or 5 as Python 3.14 writes): their folder, made once per
+/// protocol and test process. Needs python3, as the writer's tests do.
+pub fn modern(protocol: u8) -> PathBuf {
+    static MADE: std::sync::Mutex<Vec<u8>> = std::sync::Mutex::new(Vec::new());
+    let dir = std::env::temp_dir().join(format!("memscape-modern-{}-p{protocol}", std::process::id()));
+    let mut made = MADE.lock().unwrap();
+    if !made.contains(&protocol) {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("modern_snapshots.py");
+        let out = std::process::Command::new("python3")
+            .arg(&script)
+            .arg(&dir)
+            .arg(protocol.to_string())
+            .output()
+            .expect("python3 is needed to write the modern snapshots");
+        assert!(out.status.success(), "{}: {}", script.display(), String::from_utf8_lossy(&out.stderr));
+        made.push(protocol);
+    }
+    dir
+}

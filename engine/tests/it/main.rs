@@ -9,6 +9,7 @@ use snapshot::timeline::Timeline;
 use snapshot::{frames, stats, Action, Snapshot};
 
 mod flame;
+mod modern;
 mod preview;
 mod ranks;
 

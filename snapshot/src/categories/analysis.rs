@@ -17,13 +17,14 @@
 use regex_lite::Regex;
 use rustc_hash::FxHashMap;
 
-use super::evidence::{call_site, frame_phase, phase_of, stack_phase, Windows};
+use super::evidence::{frame_phase, phase_of, stack_phase, Windows};
 use super::{
     Budget, Categories, Category, Class, Compiled, Iteration, IterationSource, Leak, Phase, Target, Why, CHECKPOINT, N,
 };
 use crate::frames::{frame_line, stack_lines};
 use crate::intern::StrId;
 use crate::model::{Action, FrameId, Snapshot, StackId, Trace};
+use crate::sites::{call_site, site_name};
 use crate::timeline::{gallop_while, Element, Origin, Timeline, TimelineKind};
 use crate::value::Value;
 
@@ -632,7 +633,7 @@ fn leak_suspects(snap: &Snapshot, live: FxHashMap<FrameId, Site>, n: usize) -> V
     let mut leaks: Vec<Leak> = live
         .into_iter()
         .filter(|(_, s)| s.alive.len() >= n)
-        .filter_map(|(site, s)| {
+        .filter_map(|(_, s)| {
             // Live bytes at each end: a change at both edges of each element, then a running sum.
             let mut change = vec![0i128; n + 1];
             for a in &s.alive {
@@ -649,7 +650,7 @@ fn leak_suspects(snap: &Snapshot, live: FxHashMap<FrameId, Site>, n: usize) -> V
                 .collect();
             let grows = b[0] > 0 && b.windows(2).all(|w| w[1] > w[0]);
             grows.then(|| Leak {
-                site: frame_line(snap, &snap.frames[site.0 as usize]),
+                site: site_name(snap, Some(s.stack)),
                 stack: stack_lines(snap, s.stack, true),
                 bytes_per_iteration: (b[n - 1] - b[0]) / (n as u64 - 1),
                 count: s.alive.iter().filter(|a| a.last as usize == n).count() as u32,

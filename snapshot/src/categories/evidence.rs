@@ -6,41 +6,10 @@ use regex_lite::Regex;
 use rustc_hash::FxHashMap;
 
 use super::Phase;
-use crate::model::{Frame, FrameId, Snapshot, StackId};
+use crate::model::{Frame, Snapshot, StackId};
 use crate::StrId;
 
-/// `name` of a file as `/`-separated text (or `\\`-separated: the replaced copy is made
-/// only for a file that has a backslash, since this runs per frame).
-fn has(file: &str, part: &str) -> bool {
-    file.contains(part) || (file.contains('\\') && file.contains(&part.replace('/', "\\")))
-}
-
-fn is_py(file: &str) -> bool {
-    file.ends_with(".py")
-}
-
-/// A frame from a library (PyTorch, site-packages, the standard library) or C++.
-fn is_library(snap: &Snapshot, f: &Frame) -> bool {
-    let file = snap.str(f.filename);
-    !is_py(file)
-        || has(file, "site-packages/")
-        || has(file, "dist-packages/")
-        || has(file, "/lib/python")
-        || has(file, "torch/")
-        || file.starts_with('<')
-}
-
-/// The first frame of a stack that is the user's own code (else the first Python frame, else
-/// the first frame).
-pub fn call_site(snap: &Snapshot, stack: StackId) -> Option<FrameId> {
-    let ids = snap.stacks.get(stack);
-    let frame = |id: &FrameId| &snap.frames[id.0 as usize];
-    ids.iter()
-        .find(|id| !is_library(snap, frame(id)))
-        .or_else(|| ids.iter().find(|id| is_py(snap.str(frame(id).filename))))
-        .or_else(|| ids.iter().find(|id| !crate::frames::is_hidden(snap, frame(id))))
-        .copied()
-}
+use crate::sites::{has, is_py};
 
 /// The phase a stack shows: zero_grad, then the optimizer, then autograd, then a forward.
 pub fn stack_phase(snap: &Snapshot, stack: StackId) -> Option<Phase> {

@@ -17,7 +17,7 @@ mod analysis;
 mod evidence;
 
 pub use analysis::{Analysis, Stage};
-pub use evidence::{annotation_phase, call_site, spans, stack_phase, Span};
+pub use evidence::{annotation_phase, spans, stack_phase, Span};
 
 /// Number of categories.
 pub const N: usize = 9;

@@ -46,6 +46,11 @@ pub struct Context<'a> {
     pub largest_fit: u64,
     /// Bytes free anywhere (cache and device).
     pub free_anywhere: u64,
+    /// Bytes allocated at the error.
+    pub allocated: u64,
+    /// What the device had for PyTorch: reserved plus the device's free bytes (`None`: the
+    /// file does not give the free bytes).
+    pub capacity: Option<u64>,
     /// Bytes per category at the error.
     pub categories: [u64; N],
     /// The phase of the program at the error.
@@ -193,5 +198,36 @@ pub fn advise(c: &Context) -> Vec<Advice> {
             request_fits: None,
         });
     }
+    if !out.iter().any(|a| a.request_fits == Some(true)) {
+        out.extend(fitting_change(c));
+    }
     out
+}
+
+/// When no setting makes the request fit: the least change of the what-if that would, the
+/// demand at the error (allocated plus the request) scaled as the change scales the run's
+/// peak, against what the device had.
+fn fitting_change(c: &Context) -> Option<Advice> {
+    let capacity = c.capacity?;
+    let demand = c.allocated.saturating_add(c.requested);
+    let (w, need) = c
+        .what_if
+        .iter()
+        .filter(|w| w.applies && w.baseline_peak_bytes > 0 && w.predicted_peak_bytes < w.baseline_peak_bytes)
+        .map(|w| (w, (demand as f64 * w.predicted_peak_bytes as f64 / w.baseline_peak_bytes as f64) as u64))
+        .filter(|&(_, need)| need <= capacity)
+        .max_by_key(|&(w, need)| (need, std::cmp::Reverse(w.key.clone())))?;
+    Some(Advice {
+        setting: w.change.clone(),
+        text: format!(
+            "{}: predicted peak {} (the run's {}); at this error it would need about {}, which fits in the {} the device had",
+            w.change,
+            s(w.predicted_peak_bytes),
+            s(w.baseline_peak_bytes),
+            s(need),
+            s(capacity)
+        ),
+        predicted_effect_bytes: demand.saturating_sub(need),
+        request_fits: Some(true),
+    })
 }

@@ -277,6 +277,8 @@ fn oom(
         device_free: device_free.unwrap_or(0),
         largest_fit,
         free_anywhere: fig.cached_free_bytes.saturating_add(device_free.unwrap_or(0)),
+        allocated: fig.allocated_bytes,
+        capacity: device_free.map(|f| fig.reserved_bytes.saturating_add(f)),
         categories: cat_bytes,
         phase,
         what_if,

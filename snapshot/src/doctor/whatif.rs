@@ -10,8 +10,9 @@
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
-use crate::categories::{call_site, Categories, Category, Phase, N};
+use crate::categories::{Categories, Category, Phase, N};
 use crate::model::{FrameId, Snapshot, StackId};
+use crate::sites::call_site;
 use crate::timeline::Timeline;
 
 /// An optimizer to compare with the run's own (taken to be Adam or AdamW: two fp32 moments).

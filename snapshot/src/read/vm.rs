@@ -51,7 +51,7 @@ const K_LINE: u32 = 13;
 const FIRST_ACTION: u32 = KEYS.len() as u32;
 
 /// Trace-entry keys that are known but rare; they are kept as extras without a warning.
-pub(crate) const KNOWN_ENTRY_EXTRAS: [&str; 2] = ["forward_frames", "internal_metadata"];
+pub(crate) const KNOWN_ENTRY_EXTRAS: [&str; 3] = ["forward_frames", "internal_metadata", "segment_pool_id"];
 
 /// Deepest nesting accepted when a free-form value is converted.
 pub(crate) const MAX_DEPTH: u32 = 64;

@@ -518,3 +518,31 @@ fn the_verdict_follows_the_deciding_numbers() {
     // Without device_free, only the cache counts.
     assert_eq!(decide(&Inputs { device_free: None, requested: 1050 * MIB, ..base }).0, Verdict::Exhausted);
 }
+
+#[test]
+fn when_no_setting_helps_the_advice_names_a_what_if_change_that_fits() {
+    for seed in [1, 7] {
+        let opts = Options { seed, target_entries: 8_000, oom: true, capacity_bytes: 40 << 30, ..Default::default() };
+        let snap = synth::generate(&opts);
+        let r = doctor::doctor(&snap, 0, &Compiled::default());
+        let o = &r.ooms[0];
+        assert_eq!(o.verdict, doctor::Verdict::Exhausted, "seed {seed}");
+        let settings: Vec<&doctor::Advice> = o.advice.iter().filter(|a| a.request_fits == Some(true)).collect();
+        assert_eq!(settings.len(), 1, "seed {seed}: one change fits: {:#?}", o.advice);
+        let a = settings[0];
+        // It is a what-if row, and its figures are the row's, scaled from the demand at the error.
+        let w = r.what_if.iter().find(|w| w.change == a.setting).expect("a what-if change");
+        assert!(w.applies && w.predicted_peak_bytes < w.baseline_peak_bytes);
+        let capacity = o.reserved_bytes + o.device_free_bytes.unwrap();
+        let demand = o.allocated_bytes + o.requested_bytes;
+        let need = (demand as f64 * w.predicted_peak_bytes as f64 / w.baseline_peak_bytes as f64) as u64;
+        assert!(need <= capacity, "seed {seed}: {need} > {capacity}");
+        assert_eq!(a.predicted_effect_bytes, demand - need);
+        // The least change that fits: every what-if row that needs more does not fit.
+        for other in r.what_if.iter().filter(|x| x.applies && x.predicted_peak_bytes < x.baseline_peak_bytes) {
+            let n = (demand as f64 * other.predicted_peak_bytes as f64 / other.baseline_peak_bytes as f64) as u64;
+            assert!(n <= need || n > capacity, "seed {seed}: {} needs {n}, fits and changes less", other.change);
+        }
+        assert!(a.text.contains("fits in the"), "{}", a.text);
+    }
+}

@@ -6,6 +6,8 @@ mod categories;
 mod corpus;
 mod doctor;
 mod flame;
+mod modern;
+mod pools;
 mod python;
 mod ranks;
 

@@ -1,0 +1,161 @@
+// What recent PyTorch writes, on snapshots its own pickler makes (testkit/modern_snapshots.py,
+// protocol 5 as Python 3.14 writes): compiled code's frames show their FX node and original
+// model code, and the lines of your code name the model file; a backward allocation says
+// where its tensor was created in forward; a label put on an allocation after the fact shows
+// and is found; an overflowed ring buffer has a banner and each allocation without a stack
+// says why; a file whose OOM is on another device than the busiest opens on that device,
+// with a banner that names it and links to it.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync } from 'node:fs';
+import { join } from 'node:path';
+import { tmpdir } from 'node:os';
+import { openExample, settle as settleDown, ROOT } from '../harness.js';
+
+const SHOTS = join(ROOT, 'e2e', 'screenshots');
+const MEMSCAPE = join(ROOT, 'target', 'debug', 'memscape');
+const DIR = mkdtempSync(join(tmpdir(), 'memscape-modern-'));
+let view, page;
+
+const settle = () => settleDown(page);
+
+async function open(name) {
+  await page.setInputFiles('#file-input', join(DIR, name));
+  await page.waitForFunction(n => document.querySelector('.tab.active .tab-name')?.textContent === n
+    && document.querySelector('#stats .file-line')?.textContent.startsWith(n + ' '), name, { timeout: 60000 });
+}
+
+/** Searches the timeline like a user (the first match is pinned) and returns the details. */
+async function find(text, mode = 'text') {
+  await page.selectOption('#search-mode', mode);
+  await page.fill('#search', text);
+  await page.press('#search', 'Enter');
+  await page.waitForFunction(() => /matches/.test(document.querySelector('#search-count').textContent), null, { timeout: 30000 });
+  await page.waitForFunction(() => document.querySelector('#details h2').textContent === 'Pinned allocation');
+  return page.evaluate(() => ({
+    count: document.querySelector('#search-count').textContent,
+    fields: Object.fromEntries([...document.querySelectorAll('#details tr')].map(tr => [tr.dataset.key, tr.querySelector('td').textContent])),
+    stack: document.querySelector('#stack')?.textContent ?? '',
+    forward: document.querySelector('#forward-stack')?.textContent ?? null,
+  }));
+}
+
+before(async () => {
+  execFileSync('python3', [join(ROOT, 'testkit', 'modern_snapshots.py'), DIR, '5']);
+  view = await openExample();
+  ({ page } = view);
+  await page.context().grantPermissions(['clipboard-read', 'clipboard-write']);
+});
+
+after(async () => {
+  await view?.close();
+});
+
+test('compiled code: its frame shows the FX node and the original code, search finds them, the lines of your code name the model', async () => {
+  await open('compiled.pickle');
+  const d = await find('self.net1');
+  assert.equal(d.count, '1 of 1 matches');
+  assert.equal(d.fields.address, '0x7f0000000000');
+  const lines = d.stack.split('\n');
+  const at = lines.indexOf('<eval_with_key>.3:5:forward');
+  assert.ok(at >= 0, d.stack);
+  assert.equal(lines[at + 1], '    FX node=addmm, op=call_function, target=aten.addmm.default');
+  assert.equal(lines[at + 2], '    original code:');
+  assert.ok(lines.slice(at + 3).some(l => l.trim() === 'a = self.net1(x)'), d.stack);
+  // A label put on it by _annotate_memory.
+  assert.equal(d.fields.labels, 'activation of net1');
+  await page.locator('#copy-stack').click();
+  await page.waitForFunction(() => document.querySelector('#status').textContent === 'Stack copied');
+  assert.equal(await page.evaluate(() => navigator.clipboard.readText()), d.stack, 'Copy stack copies the node and the code too');
+  await page.screenshot({ path: join(SHOTS, '60-compiled-frame.png'), fullPage: true });
+
+  // The label is found by search as well.
+  const labelled = await find('of net1');
+  assert.equal(labelled.fields.address, '0x7f0000000000');
+
+  // The flame graph's lines of your code, as memscape diff names the call sites.
+  await page.keyboard.press('Escape');
+  await page.click('#mode-flame');
+  await page.waitForSelector('#flame-lines tr.flame-line', { timeout: 30000 });
+  const shown = await page.$$eval('#flame-lines tr.flame-line', trs => trs.map(tr => tr.dataset.site));
+  assert.ok(shown.includes('/home/user/model.py:12:forward'), shown.join(', '));
+  assert.ok(!shown.some(s => s.startsWith('<eval_with_key>')), shown.join(', '));
+  const diff = JSON.parse(execFileSync(MEMSCAPE, ['diff', '--json', join(DIR, 'oom-cuda1.pickle'), join(DIR, 'compiled.pickle')]).toString());
+  const sites = diff.sites.filter(s => s.b > 0).map(s => s.site);
+  assert.ok(sites.includes('/home/user/model.py:12:forward'), sites.join(', '));
+  assert.deepEqual([...shown].sort(), [...sites].sort(), 'the flame graph names the lines as the diff does');
+  await page.click('#mode-timeline');
+});
+
+test('a backward allocation says where its tensor was created in forward, and its C++ stack is named by its node', async () => {
+  const d = await find('SelectBackward0');
+  assert.equal(d.fields.address, '0x7f0000800000');
+  assert.equal(d.fields['created in forward'], 'at /home/user/model.py:14:forward');
+  assert.match(d.forward, /c = b\[:, 0\]/);
+  const stats = JSON.parse(execFileSync(MEMSCAPE, ['doctor', '--json', join(DIR, 'compiled.pickle')]).toString());
+  assert.ok(stats.peak.holders.some(h => h.site === 'backward: SelectBackward0, aten::zeros'),
+    JSON.stringify(stats.peak.holders));
+  await page.screenshot({ path: join(SHOTS, '61-forward-frames.png'), fullPage: true });
+});
+
+test('a ring buffer that overflowed has a banner, and each allocation without a stack says why', async () => {
+  await page.waitForSelector('#history-banner');
+  assert.match(await page.textContent('#history-banner'), /kept the last 9 events \(its ring buffer overflowed\)/);
+  const cli = JSON.parse(execFileSync(MEMSCAPE, ['stats', '--json', join(DIR, 'compiled.pickle')]).toString());
+  assert.equal(cli.devices[0].history_overflowed, true);
+  assert.equal(cli.devices[0].history_max_entries, 9);
+  const threadless = await find('0x7f0000a00000', 'address');
+  assert.equal(threadless.stack, '(no stack recorded)');
+  assert.match(threadless.fields['no stack'], /^no Python frames: allocated on a thread without Python/);
+  const evicted = await find('0x7f0001000000', 'address');
+  assert.match(evicted.fields['no stack'], /evicted from the ring buffer \(the recording kept only the last 9 events\)/);
+  await page.screenshot({ path: join(SHOTS, '62-lost-history.png'), fullPage: true });
+  await page.keyboard.press('Escape');
+});
+
+test('an OOM file opens on the device that ran out of memory, and the banner links to it', async () => {
+  await open('oom-cuda1.pickle');
+  await settle();
+  assert.equal(await page.inputValue('#device'), '1', 'cuda:1, not the busiest cuda:0');
+  await page.waitForSelector('#oom-banner');
+  assert.match(await page.textContent('#oom-banner'), /cuda:1 ran out of memory once\./);
+  assert.equal(await page.locator('#history-banner').count(), 0, 'this file does not say its history overflowed');
+  // On another device the banner still names cuda:1; its link goes back there.
+  await page.selectOption('#device', '0');
+  await settle();
+  assert.match(await page.textContent('#oom-banner'), /cuda:1 ran out of memory once\. Pick a device above/);
+  await page.click('#oom-banner button.oom-device[data-device="1"]');
+  await page.waitForFunction(() => document.querySelector('#device').value === '1');
+  await page.click('#open-doctor');
+  await page.waitForSelector('#verdict', { timeout: 30000 });
+  assert.match(await page.textContent('#oom h2'), /Out of memory on cuda:1/);
+  await page.screenshot({ path: join(SHOTS, '63-oom-device.png'), fullPage: true });
+  await page.click('#mode-timeline');
+});
+
+test('a trace without time_us: the statistics say so once, and time is not offered as an axis', async () => {
+  await open('no-time.pickle');
+  await page.waitForSelector('#stats-table tr[data-key="time_axis"]');
+  assert.match(await page.textContent('#stats-table tr[data-key="time_axis"] td'), /no time_us, so the axis is the event index/);
+  assert.equal(await page.locator('#stats-table tr[data-key="time_axis"]').count(), 1);
+  assert.equal(await page.locator('option[value="time"]').evaluate(o => o.disabled), true);
+  await open('compiled.pickle');
+  assert.equal(await page.locator('#stats-table tr[data-key="time_axis"]').count(), 0);
+});
+
+test('a CUDA graph\'s private pools: the statistics list each with its reserved peak, and the peak with pools', async () => {
+  await open('graph-pool.pickle');
+  const cli = JSON.parse(execFileSync(MEMSCAPE, ['stats', '--json', join(DIR, 'graph-pool.pickle')]).toString()).devices[0];
+  await page.waitForSelector('#stats-table tr[data-key="timeline_incl_private_pools.peak_bytes"]');
+  const rows = await page.$$eval('#stats-table tr', trs => Object.fromEntries(trs.map(tr => [tr.dataset.key, [tr.dataset.value, tr.querySelector('td').textContent]])));
+  assert.equal(Number(rows['timeline_incl_private_pools.peak_bytes'][0]), cli.timeline_incl_private_pools.peak_bytes);
+  assert.equal(Number(rows['timeline_incl_private_pools.final_bytes'][0]), cli.timeline_incl_private_pools.final_bytes);
+  assert.ok(cli.timeline_incl_private_pools.peak_bytes > cli.timeline.peak_bytes, 'graph pools hold more than their live tensors');
+  for (const p of cli.private_pools) {
+    const [value, text] = rows[`private_pool.${p.pool_id[0]}.${p.pool_id[1]}.${p.stream}`];
+    assert.equal(Number(value), p.reserved_peak_bytes);
+    assert.match(text, /^reserved peak [\d.]+MiB, [\d.]+(MiB|B) at the end; its allocations at most [\d.]+MiB$/);
+  }
+  await page.screenshot({ path: join(SHOTS, '64-private-pools.png'), fullPage: true });
+});

@@ -1,0 +1,113 @@
+//! What a file says of its own recording: whether the trace's ring buffer overflowed (recent
+//! PyTorch writes `trace_alloc_overflowed` and `trace_alloc_max_entries` in
+//! `allocator_settings`, newer builds one value per device), and why an allocation has no
+//! stack, in one line, where the file tells which.
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::Snapshot;
+use crate::timeline::{Element, Origin, Timeline};
+use crate::value::Value;
+
+/// What the file says of one device's recording; `None` where it does not say.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Recording {
+    /// The ring buffer overflowed: the trace keeps only its last `max_entries` events.
+    pub overflowed: Option<bool>,
+    /// The ring buffer's size (`max_entries` of `_record_memory_history`).
+    pub max_entries: Option<u64>,
+}
+
+/// One device's value of a setting written once for all devices (a bool or an int), or per
+/// device (a list by ordinal, or a dict keyed by the ordinal as an int or a string).
+fn per_device(v: &Value, device: usize) -> Option<&Value> {
+    match v {
+        Value::List(items) | Value::Tuple(items) => items.get(device),
+        Value::Dict(items) => items.iter().find_map(|(k, x)| {
+            let ordinal = match k {
+                Value::Int(i) => usize::try_from(*i).ok(),
+                Value::Str(s) => s.trim().parse().ok(),
+                _ => None,
+            };
+            (ordinal == Some(device)).then_some(x)
+        }),
+        other => Some(other),
+    }
+}
+
+/// What `snap` says of `device`'s recording.
+pub fn recording(snap: &Snapshot, device: usize) -> Recording {
+    let Some(settings) = snap.allocator_settings.as_ref() else { return Recording::default() };
+    let setting = |key: &str| settings.get(key).and_then(|v| per_device(v, device));
+    Recording {
+        overflowed: setting("trace_alloc_overflowed").and_then(|v| match v {
+            Value::Bool(b) => Some(*b),
+            Value::Int(i) => Some(*i != 0),
+            _ => None,
+        }),
+        max_entries: setting("trace_alloc_max_entries").and_then(|v| match v {
+            Value::Int(i) => u64::try_from(*i).ok(),
+            _ => None,
+        }),
+    }
+}
+
+/// Why `e` (an element of `tl`) has no stack, in one line; `None` when it has one or the file
+/// does not tell. PyTorch's viewer lists five possible causes for every such block; the
+/// element and the file usually say which one it is.
+pub fn no_stack_cause(snap: &Snapshot, tl: &Timeline, e: &Element) -> Option<String> {
+    let frames = e.stack.map(|s| snap.stacks.get(s).len());
+    if frames.is_some_and(|n| n > 0) {
+        return None;
+    }
+    let rec = recording(snap, tl.device());
+    let kept = match rec.max_entries {
+        Some(n) => format!("the recording kept only the last {n} events"),
+        None => "the recording kept only its last events".into(),
+    };
+    Some(match e.origin {
+        Origin::Snapshot if rec.overflowed == Some(true) => format!(
+            "allocated before the trace's first event ({kept}): reconstructed from the final segments, whose block has no stack"
+        ),
+        Origin::Snapshot => {
+            "allocated before recording began: reconstructed from the final segments, which keep no stack for it".into()
+        }
+        Origin::UnmatchedFree if rec.overflowed == Some(true) => {
+            format!("its allocation was evicted from the ring buffer ({kept}), and its free has no stack")
+        }
+        Origin::UnmatchedFree => "allocated before recording began, and its free has no stack".into(),
+        Origin::Traced if frames.is_none() => {
+            "the trace keeps no stacks: recorded with context=None or \"state\" (_record_memory_history's context)".into()
+        }
+        Origin::Traced => {
+            "no Python frames: allocated on a thread without Python (autograd's backward threads); stacks=\"all\" records C++ frames"
+                .into()
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_settings(items: Vec<(&str, Value)>) -> Snapshot {
+        let items = items.into_iter().map(|(k, v)| (Value::Str(k.into()), v)).collect();
+        Snapshot { allocator_settings: Some(Value::Dict(items)), ..Default::default() }
+    }
+
+    #[test]
+    fn settings_once_or_per_device() {
+        let s = with_settings(vec![
+            ("trace_alloc_overflowed", Value::Bool(true)),
+            ("trace_alloc_max_entries", Value::Int(1000)),
+        ]);
+        assert_eq!(recording(&s, 3), Recording { overflowed: Some(true), max_entries: Some(1000) });
+        let s = with_settings(vec![
+            ("trace_alloc_overflowed", Value::List(vec![Value::Bool(false), Value::Bool(true)])),
+            ("trace_alloc_max_entries", Value::Dict(vec![(Value::Str("1".into()), Value::Int(7))])),
+        ]);
+        assert_eq!(recording(&s, 0), Recording { overflowed: Some(false), max_entries: None });
+        assert_eq!(recording(&s, 1), Recording { overflowed: Some(true), max_entries: Some(7) });
+        assert_eq!(recording(&Snapshot::default(), 0), Recording::default());
+    }
+}
