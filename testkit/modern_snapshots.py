@@ -15,6 +15,9 @@ recent PyTorch adds (docs/snapshot-format.md in shared/docs: sections 1.4, 3.2, 
 - graph-pool.pickle: a CUDA graph's private pool `(1, 2)` beside the default pool: its
   segment made in the trace (`segment_alloc` with `pool_id`), allocations into it, a second
   pool `(1, 3)` released before the dump, and a default-pool tensor.
+- pinned-host.pickle: `record_host=True` (2.14+): a GPU's trace beside `host_segments` (one
+  block per segment, device -1) and `host_traces` (the pinned allocator's one trace): three
+  pinned buffers, one freed before the dump.
 
 Frame dicts and stacks are shared objects, as PyTorch's `py_symbolize` makes them, so the
 pickler memoizes them. Usage: modern_snapshots.py OUT_DIR PROTOCOL (4, or 5 as Python 3.14
@@ -182,6 +185,33 @@ def graph_pool():
             "external_annotations": []}
 
 
+def pinned_host():
+    snap = oom_on_cuda1()
+    snap["segments"] = [s for s in snap["segments"] if s["device"] == 0]
+    snap["device_traces"] = [snap["device_traces"][0]]
+    loader = [frame("pin_memory", "/home/user/data.py", 17)]
+    host = 0x7E0000000000
+    sizes = [16 * MB, 8 * MB, 4 * MB]
+    trace, segments, at = [], [], host
+    for k, size in enumerate(sizes):
+        trace.append(entry("segment_alloc", at, size, loader, 10 * k))
+        trace.append(entry("alloc", at, size, loader, 10 * k + 1))
+        if k == 1:
+            trace.append(entry("free_requested", at, size, loader, 10 * k + 2))
+            trace.append(entry("free_completed", at, size, loader, 10 * k + 2))
+        alive = k != 1
+        segments.append({"device": -1, "address": at, "total_size": size, "allocated_size": size if alive else 0,
+                         "active_size": size if alive else 0, "requested_size": size, "stream": 0,
+                         "segment_type": "small", "segment_pool_id": (0, 0), "is_expandable": False,
+                         "frames": loader, "blocks": [{"address": at, "size": size, "requested_size": size,
+                                                       "state": "active_allocated" if alive else "inactive",
+                                                       "frames": loader if alive else []}]})
+        at += size
+    snap["host_segments"] = segments
+    snap["host_traces"] = trace
+    return snap
+
+
 def without_time(snap):
     for trace in snap["device_traces"]:
         for e in trace:
@@ -193,7 +223,8 @@ def main():
     out, protocol = sys.argv[1], int(sys.argv[2])
     os.makedirs(out, exist_ok=True)
     files = [("compiled.pickle", compiled()), ("oom-cuda1.pickle", oom_on_cuda1()),
-             ("no-time.pickle", without_time(compiled())), ("graph-pool.pickle", graph_pool())]
+             ("no-time.pickle", without_time(compiled())), ("graph-pool.pickle", graph_pool()),
+             ("pinned-host.pickle", pinned_host())]
     for name, snap in files:
         with open(os.path.join(out, name), "wb") as f:
             pickle.dump(snap, f, protocol=protocol)

@@ -167,13 +167,19 @@ fn Views() -> impl IntoView {
 fn FileViews() -> impl IntoView {
     let shown = expect_context::<Shown>();
     let plot = expect_context::<Plot>();
+    let docs = expect_context::<Docs>();
+    // The host's pinned memory has no categories and no doctor: they stay per GPU.
+    let host = move || docs.tab().is_some_and(|t| t.device == engine::protocol::HOST);
     view! {
         <OomBanner/>
         <HistoryBanner/>
-        <Show when=move || shown.is(Mode::Doctor)>
+        <Show when=move || host() && (shown.is(Mode::Doctor) || shown.is(Mode::Categories))>
+            <p class="hint" id="per-gpu">"Categories and the doctor are per GPU: pick a cuda device above. The host's pinned memory has the timeline, its statistics, events, allocator state and flame graph."</p>
+        </Show>
+        <Show when=move || shown.is(Mode::Doctor) && !host()>
             <DoctorView/>
         </Show>
-        <Show when=move || shown.is(Mode::Categories)>
+        <Show when=move || shown.is(Mode::Categories) && !host()>
             <CategoryView/>
         </Show>
         <Show when=move || shown.is(Mode::Flame)>

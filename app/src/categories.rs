@@ -48,6 +48,10 @@ impl Cats {
                 return;
             }
             let Some((doc, device, start, end)) = key.get() else { return };
+            if device == engine::protocol::HOST {
+                c.cats.set(None);
+                return;
+            }
             rules.track();
             redraw.track();
             let at = c.at.get();

@@ -124,7 +124,7 @@ fn Files() -> impl IntoView {
                 <For each=move || docs.tabs() key=|t| (t.info.doc, t.device) let:t>
                     {
                         let doc = t.info.doc;
-                        let dev = t.info.summary.devices.iter().find(|d| d.device == u64::from(t.device)).cloned();
+                        let dev = t.info.device_summary(t.device).cloned();
                         let peak = dev.as_ref().map_or(0, |d| d.timeline.peak_bytes);
                         let reserved = dev.as_ref().map_or(0, |d| d.reserved_bytes);
                         view! {

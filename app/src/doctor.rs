@@ -59,6 +59,9 @@ impl Doctor {
                 return;
             }
             let Some((doc, device)) = place.get() else { return };
+            if device == engine::protocol::HOST {
+                return;
+            }
             rules.track();
             spawn_local(async move {
                 match worker().ask(Request::Doctor { doc, device }).await {

@@ -11,7 +11,7 @@ pub(crate) fn HistoryBanner() -> impl IntoView {
     let docs = expect_context::<Docs>();
     let lost = move || {
         docs.tab().and_then(|t| {
-            let d = t.info.summary.devices.iter().find(|d| d.device == u64::from(t.device))?;
+            let d = t.info.device_summary(t.device)?;
             (d.history_overflowed == Some(true)).then_some((t.device, d.history_max_entries))
         })
     };
@@ -19,8 +19,9 @@ pub(crate) fn HistoryBanner() -> impl IntoView {
         <Show when=move || lost().is_some()>
             <div id="history-banner" role="status">
                 {move || lost().map(|(dev, n)| {
+                    let dev = crate::text::device_name(dev);
                     let kept = n.map_or("only its last events".to_string(), |n| format!("the last {n} events"));
-                    format!("The recording of cuda:{dev} kept {kept} (its ring buffer overflowed): what was allocated before is reconstructed from the final state, and allocations without a stack say why in their details.")
+                    format!("The recording of {dev} kept {kept} (its ring buffer overflowed): what was allocated before is reconstructed from the final state, and allocations without a stack say why in their details.")
                 })}
             </div>
         </Show>

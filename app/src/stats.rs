@@ -5,7 +5,7 @@ use leptos::prelude::*;
 use snapshot::stats::{format_size, DeviceSummary, Summary};
 
 use crate::state::{Docs, Tab};
-use crate::text::bytes_text;
+use crate::text::{bytes_text, device_name};
 
 #[component]
 pub(crate) fn StatsPanel() -> impl IntoView {
@@ -40,8 +40,8 @@ fn rows(t: &Tab) -> Vec<AnyView> {
         row("free_internal".into(), "free inside blocks".into(), sum.free_internal.max(0) as u64, true).into_any(),
         row("free_external".into(), "free between blocks".into(), sum.free_external, true).into_any(),
     ];
-    if let Some(d) = sum.devices.iter().find(|d| d.device == u64::from(t.device)) {
-        device_rows(d, &mut rows);
+    if let Some(d) = t.info.device_summary(t.device) {
+        device_rows(&device_name(t.device), d, &mut rows);
     }
     // A trace without `time_us` (torch_npu's, before 2.2): said once, here.
     if t.info.devices.iter().any(|d| d.device == t.device && d.entries > 0 && !d.has_time) {
@@ -51,39 +51,30 @@ fn rows(t: &Tab) -> Vec<AnyView> {
     rows
 }
 
-fn device_rows(d: &DeviceSummary, rows: &mut Vec<AnyView>) {
+fn device_rows(name: &str, d: &DeviceSummary, rows: &mut Vec<AnyView>) {
     // Device name and memory: only in snapshots written by `memscape capture` (NVML).
     if let Some(g) = &d.gpu {
-        rows.push(
-            text_row("gpu.name".into(), format!("cuda:{} device", d.device), g.name.clone(), g.name.clone()).into_any(),
-        );
-        rows.push(row("gpu.total_bytes".into(), format!("cuda:{} memory", d.device), g.total_bytes, true).into_any());
+        rows.push(text_row("gpu.name".into(), format!("{name} device"), g.name.clone(), g.name.clone()).into_any());
+        rows.push(row("gpu.total_bytes".into(), format!("{name} memory"), g.total_bytes, true).into_any());
         if let Some(held) = g.process_used_bytes {
             rows.push(
-                row(
-                    "gpu.process_used_bytes".into(),
-                    format!("cuda:{} held by the process (driver)", d.device),
-                    held,
-                    true,
-                )
-                .into_any(),
+                row("gpu.process_used_bytes".into(), format!("{name} held by the process (driver)"), held, true)
+                    .into_any(),
             );
         }
     }
-    rows.push(row("trace_entries".into(), format!("cuda:{} events", d.device), d.trace_entries, false).into_any());
+    rows.push(row("trace_entries".into(), format!("{name} events"), d.trace_entries, false).into_any());
     if let Some(o) = d.history_overflowed {
         let text = match (o, d.history_max_entries) {
             (true, Some(n)) => format!("overflowed: only the last {n} events were kept"),
             (true, None) => "overflowed: only the last events were kept".into(),
             (false, _) => "complete".into(),
         };
-        rows.push(
-            text_row("history_overflowed".into(), format!("cuda:{} history", d.device), o.to_string(), text).into_any(),
-        );
+        rows.push(text_row("history_overflowed".into(), format!("{name} history"), o.to_string(), text).into_any());
     }
-    rows.push(row("reserved_bytes".into(), format!("cuda:{} reserved", d.device), d.reserved_bytes, true).into_any());
+    rows.push(row("reserved_bytes".into(), format!("{name} reserved"), d.reserved_bytes, true).into_any());
     if d.outside_allocator_bytes > 0 {
-        let label = format!("cuda:{} outside PyTorch's allocator", d.device);
+        let label = format!("{name} outside PyTorch's allocator");
         rows.push(row("outside_allocator_bytes".into(), label, d.outside_allocator_bytes, true).into_any());
     }
     for (pre, label, tl) in

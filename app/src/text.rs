@@ -1,6 +1,16 @@
 //! Figures as the page writes them.
 
+use engine::protocol::HOST;
 use snapshot::stats::format_size;
+
+/// `cuda:1`, or `host` for the pinned host memory.
+pub(crate) fn device_name(device: u32) -> String {
+    if device == HOST {
+        "host".into()
+    } else {
+        format!("cuda:{device}")
+    }
+}
 
 /// `1.5 GiB (1610612736 bytes)`.
 pub(crate) fn bytes_text(b: u64) -> String {

@@ -988,15 +988,23 @@ fn print_stats(out: &mut impl std::io::Write, s: &snapshot::stats::Summary) -> s
         fs(s.free_internal.into()),
         fs(s.free_external.into())
     )?;
-    for d in &s.devices {
+    for d in s.devices.iter().chain(s.host.as_deref()) {
+        let name = if d.device == snapshot::host::HOST_DEVICE {
+            "host (pinned memory)".to_string()
+        } else {
+            format!("device {}", d.device)
+        };
         writeln!(
             out,
-            "device {}{}: {} trace entries, {} reserved",
-            d.device,
+            "{name}{}: {} trace entries, {} reserved",
             gpu_text(d),
             d.trace_entries,
             fs(d.reserved_bytes.into())
         )?;
+        if d.history_overflowed == Some(true) {
+            let kept = d.history_max_entries.map_or("its last".to_string(), |n| format!("the last {n}"));
+            writeln!(out, "  history: the ring buffer overflowed; the trace keeps {kept} events")?;
+        }
         if d.outside_allocator_bytes > 0 {
             writeln!(
                 out,
@@ -1013,6 +1021,27 @@ fn print_stats(out: &mut impl std::io::Write, s: &snapshot::stats::Summary) -> s
                 fs(t.peak_bytes.into()),
                 fs(t.final_bytes.into())
             )?;
+        }
+        if !d.private_pools.is_empty() {
+            let incl = &d.timeline_incl_private_pools;
+            writeln!(
+                out,
+                "  allocations incl. private pools: peak {}, final {}",
+                fs(incl.peak_bytes.into()),
+                fs(incl.final_bytes.into())
+            )?;
+            for p in &d.private_pools {
+                writeln!(
+                    out,
+                    "    pool ({}, {}) stream {}: reserved peak {}, final {}; allocations at most {}",
+                    p.pool_id.0,
+                    p.pool_id.1,
+                    p.stream,
+                    fs(p.reserved_peak_bytes.into()),
+                    fs(p.final_reserved_bytes.into()),
+                    fs(p.live_peak_bytes.into())
+                )?;
+            }
         }
     }
     Ok(())

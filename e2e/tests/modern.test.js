@@ -28,6 +28,10 @@ async function open(name) {
 
 /** Searches the timeline like a user (the first match is pinned) and returns the details. */
 async function find(text, mode = 'text') {
+  // Unpinned first, so that the details waited for are the new match's.
+  await page.evaluate(() => document.activeElement?.blur());
+  await page.keyboard.press('Escape');
+  await page.waitForFunction(() => document.querySelector('#details h2').textContent !== 'Pinned allocation');
   await page.selectOption('#search-mode', mode);
   await page.fill('#search', text);
   await page.press('#search', 'Enter');
@@ -75,6 +79,7 @@ test('compiled code: its frame shows the FX node and the original code, search f
   assert.equal(labelled.fields.address, '0x7f0000000000');
 
   // The flame graph's lines of your code, as memscape diff names the call sites.
+  await page.evaluate(() => document.activeElement?.blur());
   await page.keyboard.press('Escape');
   await page.click('#mode-flame');
   await page.waitForSelector('#flame-lines tr.flame-line', { timeout: 30000 });
@@ -158,4 +163,36 @@ test('a CUDA graph\'s private pools: the statistics list each with its reserved 
     assert.match(text, /^reserved peak [\d.]+MiB, [\d.]+(MiB|B) at the end; its allocations at most [\d.]+MiB$/);
   }
   await page.screenshot({ path: join(SHOTS, '64-private-pools.png'), fullPage: true });
+});
+
+test('pinned host memory is a device of its own: timeline, statistics, events, allocator state and flame graph; no categories', async () => {
+  await open('pinned-host.pickle');
+  const cli = JSON.parse(execFileSync(MEMSCAPE, ['stats', '--json', join(DIR, 'pinned-host.pickle')]).toString());
+  const host = await page.$eval('#device', s => [...s.options].map(o => [o.value, o.textContent]).find(([, t]) => t.startsWith('host')));
+  assert.ok(host, 'the device picker offers the host');
+  assert.equal(host[1], `host (pinned memory) (${cli.host.trace_entries} events)`);
+  assert.equal(await page.inputValue('#device'), '0', 'a GPU first');
+  await page.selectOption('#device', host[0]);
+  await page.waitForFunction(() => document.querySelector('#stats-table tr[data-key="trace_entries"] th')?.textContent === 'host events');
+  const rows = await page.$$eval('#stats-table tr', trs => Object.fromEntries(trs.map(tr => [tr.dataset.key, tr.dataset.value])));
+  assert.equal(Number(rows.trace_entries), cli.host.trace_entries);
+  assert.equal(Number(rows.reserved_bytes), cli.host.reserved_bytes);
+  assert.equal(Number(rows['timeline.peak_bytes']), cli.host.timeline.peak_bytes);
+  // The events and the allocator after the last one: every pinned buffer's segment.
+  await page.waitForSelector(`#events .row[data-entry="${cli.host.trace_entries - 1}"]`);
+  assert.equal(await page.locator('#events .row').count(), cli.host.trace_entries);
+  await page.locator(`#events .row[data-entry="${cli.host.trace_entries - 1}"]`).click();
+  await page.waitForFunction(n => document.querySelector('#state h2').textContent === `Allocator after event ${n}`, cli.host.trace_entries - 1);
+  await page.waitForFunction(() => /^3 segments · reserved 28\.0MiB/.test(document.querySelector('#state-summary').textContent));
+  await page.screenshot({ path: join(SHOTS, '65-pinned-host.png'), fullPage: true });
+  // The flame graph of the host at its peak.
+  await page.click('#mode-flame');
+  await page.waitForFunction(b => Number(document.querySelector('#flame-total')?.dataset.bytes) === b, cli.host.timeline.peak_bytes, { timeout: 30000 });
+  // Categories and the doctor stay per GPU.
+  await page.click('#mode-categories');
+  await page.waitForSelector('#per-gpu');
+  assert.match(await page.textContent('#per-gpu'), /per GPU/);
+  await page.click('#mode-timeline');
+  await page.selectOption('#device', '0');
+  await page.waitForFunction(() => document.querySelector('#stats-table tr[data-key="trace_entries"] th')?.textContent === 'cuda:0 events');
 });

@@ -123,6 +123,11 @@ struct Doc {
     jobs: VecDeque<Job>,
     /// Analyses finished since the caller last asked ([`Engine::take_finished`]).
     finished: Vec<(u32, Finished)>,
+    /// The pinned host memory as a file of its own whose device 0 is the host
+    /// (`snapshot::host`): requests for device [`HOST`] go there.
+    host: Option<Box<Doc>>,
+    /// This is a file's host memory: no categories (they stay per GPU).
+    is_host: bool,
 }
 
 /// A whole-file analysis done in slices by [`Engine::work`], so that no view, hit or
@@ -195,7 +200,7 @@ impl Engine {
                 has_time: snap.trace(d).has_time(),
             })
             .collect();
-        let info = DocInfo {
+        let mut info = DocInfo {
             doc,
             name,
             bytes: loading.total,
@@ -210,17 +215,19 @@ impl Engine {
             model_bytes: snap.heap_bytes() as u64,
             heap_bytes: 0,
         };
-        let mut d = Doc {
-            info,
-            snap,
-            lanes: HashMap::new(),
-            states: HashMap::new(),
-            rules: Compiled::default(),
-            cats: HashMap::new(),
-            doctors: HashMap::new(),
-            jobs: VecDeque::new(),
-            finished: Vec::new(),
-        };
+        let host = snapshot::host::as_snapshot(&snap).map(|h| {
+            let entries = h.trace(0).len() as u64;
+            info.devices.push(DeviceInfo {
+                device: HOST,
+                entries,
+                ooms: 0,
+                segments: h.segments.len() as u64,
+                has_time: h.trace(0).has_time(),
+            });
+            Box::new(Doc::new(info.clone(), h, true))
+        });
+        let mut d = Doc::new(info, snap, false);
+        d.host = host;
         // The default device is laid out now (by the summary); its analyses wait for its first
         // view, so that nothing delays the first picture.
         if let Some(tl) = first_lane {
@@ -239,8 +246,15 @@ impl Engine {
     /// that has been viewed, so that the category of a hovered allocation, the category view
     /// and the allocator state are ready before they are asked for.
     pub fn work(&mut self, units: usize) -> bool {
-        if let Some(doc) = self.docs.values_mut().find(|d| !d.jobs.is_empty()) {
-            doc.work(units);
+        for d in self.docs.values_mut() {
+            if !d.jobs.is_empty() {
+                d.work(units);
+                break;
+            }
+            if let Some(h) = d.host.as_deref_mut().filter(|h| !h.jobs.is_empty()) {
+                h.work(units);
+                break;
+            }
         }
         self.has_work()
     }
@@ -251,6 +265,9 @@ impl Engine {
         let mut out = Vec::new();
         for (&id, d) in &mut self.docs {
             out.extend(d.finished.drain(..).map(|(device, what)| (id, device, what)));
+            if let Some(h) = d.host.as_deref_mut() {
+                out.extend(h.finished.drain(..).map(|(_, what)| (id, HOST, what)));
+            }
         }
         out
     }
@@ -262,7 +279,7 @@ impl Engine {
 
     /// Background work is left ([`Engine::work`]).
     pub fn has_work(&self) -> bool {
-        self.docs.values().any(|d| !d.jobs.is_empty())
+        self.docs.values().any(|d| !d.jobs.is_empty() || d.host.as_ref().is_some_and(|h| !h.jobs.is_empty()))
     }
 
     /// Answers one request.
@@ -274,6 +291,23 @@ impl Engine {
         }
         let Some(doc) = self.docs.get_mut(&doc_id) else {
             return Response::Error(format!("no open file #{doc_id}"));
+        };
+        // The host's pinned memory is a file of its own, its device 0.
+        let mut req = req;
+        let per_gpu = matches!(
+            req,
+            Request::Categories { .. } | Request::Doctor { .. } | Request::Profile { .. } | Request::Diff { .. }
+        );
+        let doc = match req.device_mut() {
+            Some(d) if *d == HOST => {
+                *d = 0;
+                match doc.host.as_deref_mut() {
+                    Some(_) if per_gpu => return Response::Error(PER_GPU.into()),
+                    Some(h) => h,
+                    None => return Response::Error("this file recorded no pinned host memory".into()),
+                }
+            }
+            _ => doc,
         };
         match req {
             Request::View(q) => Response::View(doc.view(&q)),
@@ -295,6 +329,9 @@ impl Engine {
             },
             Request::ClearSearch { .. } => {
                 doc.clear_search();
+                if let Some(h) = doc.host.as_deref_mut() {
+                    h.clear_search();
+                }
                 Response::Done
             }
             Request::Close { .. } => Response::Done,
@@ -375,6 +412,22 @@ pub fn natural_axis(peak: u64, stable: u64, baseline: bool) -> (u64, u64) {
 pub use snapshot::timeline::colour;
 
 impl Doc {
+    fn new(info: DocInfo, snap: Snapshot, is_host: bool) -> Doc {
+        Doc {
+            info,
+            snap,
+            lanes: HashMap::new(),
+            states: HashMap::new(),
+            rules: Compiled::default(),
+            cats: HashMap::new(),
+            doctors: HashMap::new(),
+            jobs: VecDeque::new(),
+            finished: Vec::new(),
+            host: None,
+            is_host,
+        }
+    }
+
     /// Puts the analyses of `device` in line for the background, unless they are done or
     /// already in line, and moves them to the front: the device on screen goes first. Its
     /// blocks timeline must be laid out.
@@ -383,7 +436,7 @@ impl Doc {
         let queued = |jobs: &VecDeque<Job>, cats: bool| {
             jobs.iter().any(|j| j.device() == device && matches!(j, Job::Categories(..)) == cats)
         };
-        if !self.cats.contains_key(&device) && !queued(&self.jobs, true) {
+        if !self.is_host && !self.cats.contains_key(&device) && !queued(&self.jobs, true) {
             let a = Analysis::new(&self.snap, &lane.timeline, &self.rules);
             self.jobs.push_back(Job::Categories(device, Box::new(a)));
         }
@@ -635,7 +688,7 @@ impl Doc {
         } else {
             None
         };
-        let class_pending = kind == Kind::Blocks && class.is_none();
+        let class_pending = kind == Kind::Blocks && !self.is_host && class.is_none();
         let class = class.map(|c| (c.category, c.why.describe(self.rules.rules())));
         let lane = &self.lanes[&(device, kind)];
         let snap = &self.snap;

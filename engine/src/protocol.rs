@@ -62,7 +62,32 @@ pub enum Request {
     },
 }
 
+/// The device number of the host's pinned memory (`snapshot::host`) in requests and
+/// [`DeviceInfo`]s.
+pub const HOST: u32 = u32::MAX;
+
+/// Said for the categories, the doctor and comparisons of the host's memory.
+pub const PER_GPU: &str = "categories, the doctor and comparisons are per GPU: the host's pinned memory has none";
+
 impl Request {
+    /// The device the request is about, when it is about one, to read or to change.
+    pub fn device_mut(&mut self) -> Option<&mut u32> {
+        match self {
+            Request::View(q) => Some(&mut q.device),
+            Request::Hit { device, .. }
+            | Request::Details { device, .. }
+            | Request::Events { device, .. }
+            | Request::State { device, .. }
+            | Request::Search { device, .. }
+            | Request::Categories { device, .. }
+            | Request::Profile { device, .. }
+            | Request::Doctor { device, .. }
+            | Request::Diff { device, .. }
+            | Request::Flame { device, .. } => Some(device),
+            Request::ClearSearch { .. } | Request::Close { .. } | Request::Rules { .. } => None,
+        }
+    }
+
     /// The file the request is about.
     pub fn doc(&self) -> DocId {
         match self {
@@ -105,6 +130,8 @@ pub enum Response {
 }
 
 /// What the worker says about a load.
+// One `Loaded` per file: its size does not matter, and boxing it would touch every reader.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum LoadEvent {
     Progress { bytes: u64, total: u64 },
@@ -228,6 +255,14 @@ pub struct DocInfo {
 }
 
 impl DocInfo {
+    /// The statistics of a device (of the host's pinned memory for [`HOST`]).
+    pub fn device_summary(&self, device: u32) -> Option<&snapshot::stats::DeviceSummary> {
+        if device == HOST {
+            return self.summary.host.as_deref();
+        }
+        self.summary.devices.iter().find(|d| d.device == i64::from(device))
+    }
+
     /// The device a new tab of the file shows: the default one, else device 0 (a file with
     /// no trace and no segments).
     pub fn first_device(&self) -> u32 {

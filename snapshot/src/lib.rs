@@ -41,6 +41,7 @@ pub mod doctor;
 pub mod flame;
 pub mod frames;
 pub mod history;
+pub mod host;
 pub mod labels;
 pub mod merge;
 pub mod pools;

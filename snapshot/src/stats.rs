@@ -21,13 +21,17 @@ pub struct Summary {
     pub free_external: u64,
     /// One entry per device with trace entries or segments.
     pub devices: Vec<DeviceSummary>,
+    /// Pinned host memory, when recorded (`record_host=True`): the fields of a device's,
+    /// `device` -1 ([`crate::host`]).
+    #[serde(default)]
+    pub host: Option<Box<DeviceSummary>>,
 }
 
 /// Figures for one device.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeviceSummary {
-    /// Device ordinal.
-    pub device: u64,
+    /// Device ordinal (-1: the host's pinned memory).
+    pub device: i64,
     /// Entries in its trace.
     pub trace_entries: u64,
     /// Σ `total_size` of its segments.
@@ -121,6 +125,7 @@ pub fn summary_with(snap: &Snapshot, mut also: impl FnMut(Timeline)) -> Summary 
         free_internal: 0,
         free_external: 0,
         devices: Vec::new(),
+        host: crate::host::summary(snap).map(Box::new),
     };
     for seg in &snap.segments {
         s.total_reserved += seg.total_size;
@@ -148,7 +153,7 @@ pub fn summary_with(snap: &Snapshot, mut also: impl FnMut(Timeline)) -> Summary 
             (Vec::new(), InclPools { peak_bytes: blocks.peak_bytes(), final_bytes: blocks.final_bytes() })
         };
         s.devices.push(DeviceSummary {
-            device: d as u64,
+            device: d as i64,
             trace_entries: snap.trace(d).len() as u64,
             reserved_bytes: per_device.get(&(d as i64)).map_or(0, |s| s.1),
             outside_allocator_bytes: snap

@@ -95,9 +95,14 @@ fn DeviceOptions() -> impl IntoView {
                 .map(|d| {
                     let v = d.device.to_string();
                     let sel = d.device == t.device;
-                    let gpu = t.info.summary.devices.iter().find(|s| s.device == u64::from(d.device)).and_then(|s| s.gpu.as_ref());
-                    let name = gpu.map(|g| format!(" {}", g.name)).unwrap_or_default();
-                    view! { <option value=v selected=sel>{format!("cuda:{}{name} ({} events)", d.device, d.entries)}</option> }
+                    let gpu = t.info.device_summary(d.device).and_then(|s| s.gpu.as_ref());
+                    let name = match gpu {
+                        Some(g) => format!(" {}", g.name),
+                        None if d.device == engine::protocol::HOST => " (pinned memory)".into(),
+                        None => String::new(),
+                    };
+                    let label = format!("{}{name} ({} events)", crate::text::device_name(d.device), d.entries);
+                    view! { <option value=v selected=sel>{label}</option> }
                 })
                 .collect_view()
         })

@@ -325,7 +325,7 @@ fn segment_view_follows_reserved_memory() {
     let info = open(&mut e, "x", &bytes, 1 << 20).unwrap();
     for d in &info.devices {
         let v = view(&mut e, info.doc, d.device, Kind::Segments, 0.0, 0.0, 50);
-        let sum = info.summary.devices.iter().find(|x| x.device == u64::from(d.device)).unwrap();
+        let sum = info.summary.devices.iter().find(|x| x.device == i64::from(d.device)).unwrap();
         assert_eq!(v.peak_bytes, sum.segment_timeline.peak_bytes);
         assert_eq!(
             v.columns.last().unwrap().total,
@@ -363,7 +363,7 @@ fn segment_views_carry_the_allocated_line_inside_reserved_memory() {
             assert!(a <= c.total, "{name}: {a} allocated > {} reserved at step {}", c.total, c.step);
         }
         let last = v.columns.last().unwrap().allocated.unwrap();
-        let sum = info.summary.devices.iter().find(|d| d.device == u64::from(dev)).unwrap();
+        let sum = info.summary.devices.iter().find(|d| d.device == i64::from(dev)).unwrap();
         if v.n_steps > 1 {
             assert!(last <= sum.timeline.peak_bytes);
         }

@@ -41,3 +41,56 @@ fn details_show_what_recent_pytorch_writes() {
     assert_eq!(info.first_device(), 1);
     assert_eq!(info.devices.iter().map(|d| d.ooms).collect::<Vec<_>>(), vec![0, 1, 0]);
 }
+
+#[test]
+fn the_hosts_pinned_memory_answers_as_a_device() {
+    let bytes = std::fs::read(testkit::modern(5).join("pinned-host.pickle")).unwrap();
+    let mut e = Engine::new();
+    let info = super::open(&mut e, "pinned-host.pickle", &bytes, 1024).unwrap();
+    let host = info.devices.iter().find(|d| d.device == HOST).expect("the host in the device list");
+    assert_eq!((host.entries, host.segments, host.ooms), (8, 3, 0));
+    assert_eq!(info.first_device(), 0, "a GPU is shown first");
+    assert_eq!(info.device_summary(HOST).map(|s| s.timeline.peak_bytes), Some(24 << 20));
+    let doc = info.doc;
+    let Response::View(v) = e.handle(Request::View(ViewQuery {
+        doc,
+        device: HOST,
+        kind: Kind::Blocks,
+        start: 0.0,
+        end: 0.0,
+        columns: 200,
+        rows: 100,
+        y: None,
+        baseline: false,
+        totals_only: false,
+        pinned: None,
+        palette: PaletteVm::default(),
+    })) else {
+        panic!("a view of the host")
+    };
+    assert_eq!((v.n_steps, v.peak_bytes), (4, 24 << 20));
+    let Response::Events(ev) = e.handle(Request::Events { doc, device: HOST, first: 0, count: 100 }) else { panic!() };
+    assert_eq!(ev.total, 8);
+    assert_eq!(ev.rows[0].action, "segment_alloc");
+    let Response::State(st) = e.handle(Request::State { doc, device: HOST, entry: Some(7) }) else { panic!() };
+    assert_eq!((st.reserved, st.allocated), (28 << 20, 20 << 20));
+    let Response::Details(d) = e.handle(Request::Details { doc, device: HOST, kind: Kind::Blocks, element: 0 }) else {
+        panic!()
+    };
+    assert!(!d.class_pending && d.class.is_none(), "no categories for the host");
+    assert_eq!(d.frames, vec!["/home/user/data.py:17:pin_memory".to_string()]);
+    let flame =
+        e.handle(Request::Flame { doc, device: HOST, step: None, window: None, all_frames: false, query: None });
+    assert!(matches!(flame, Response::Flame(f) if f.total == 24 << 20));
+    // The background work of the host runs, and says so for the host.
+    while e.work(1 << 16) {}
+    for r in [
+        Request::Categories { doc, device: HOST, start: 0.0, end: 4.0, columns: 10, at: None },
+        Request::Doctor { doc, device: HOST },
+    ] {
+        assert!(matches!(e.handle(r), Response::Error(m) if m == PER_GPU));
+    }
+    // The GPU is unchanged by it.
+    let Response::Events(gpu) = e.handle(Request::Events { doc, device: 0, first: 0, count: 1 }) else { panic!() };
+    assert_eq!(gpu.total, 37);
+}

@@ -173,3 +173,31 @@ fn a_graph_pool_is_counted_with_its_envelope() {
     assert_eq!(json["private_pools"][0]["pool_id"], serde_json::json!([1, 2]));
     assert_eq!(json["timeline_incl_private_pools"]["peak_bytes"], 27 * MB);
 }
+
+#[test]
+fn pinned_host_memory_reads_as_a_device_of_its_own() {
+    let snap = read(5, "pinned-host.pickle").snapshot;
+    assert!(snapshot::host::has_host(&snap));
+    let s = snapshot::stats::summary(&snap);
+    let h = s.host.as_deref().expect("the host's figures");
+    assert_eq!(h.device, snapshot::host::HOST_DEVICE);
+    assert_eq!((h.trace_entries, h.reserved_bytes), (8, 28 * MB));
+    // Three pinned buffers of 16, 8 and 4 MiB; the 8 MiB one freed before the 4 MiB one came.
+    assert_eq!((h.timeline.peak_bytes, h.timeline.final_bytes, h.timeline.elements), (24 * MB, 20 * MB, 3));
+    assert_eq!(h.segment_timeline.final_bytes, 28 * MB);
+    // The GPU's figures do not count it, as PyTorch's segsum does not.
+    assert_eq!(s.total_reserved, 64 * MB);
+    assert_eq!(s.devices.len(), 1);
+    let json = serde_json::to_value(&s).unwrap();
+    assert_eq!(json["host"]["device"], -1);
+    assert_eq!(json["host"]["timeline"]["peak_bytes"], 24 * MB);
+    // The host as a snapshot: every per-device analysis applies to its device 0.
+    let host = snapshot::host::as_snapshot(&snap).unwrap();
+    let index = snapshot::state::StateIndex::build(&host, 0);
+    let state = index.state_after(&host, Some(host.trace(0).len() - 1));
+    assert_eq!((state.reserved_bytes, state.allocated_bytes), (28 * MB, 20 * MB));
+    assert_eq!(index.state_after(&host, None).reserved_bytes, 0, "before the first event: nothing pinned");
+    assert!(
+        serde_json::to_value(snapshot::stats::summary(&read(5, "compiled.pickle").snapshot)).unwrap()["host"].is_null()
+    );
+}
