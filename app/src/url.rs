@@ -45,8 +45,8 @@ impl Restore {
                 tab.device = d;
             }
         }
-        if get("kind").as_deref() == Some("segments") {
-            tab.kind = Kind::Segments;
+        if let Some(k) = get("kind") {
+            tab.kind = kind_of(&k);
         }
         if let (Some(a), Some(b)) = (get("start").and_then(|v| v.parse().ok()), get("end").and_then(|v| v.parse().ok()))
         {
@@ -105,7 +105,7 @@ pub(crate) fn follow(docs: Docs, selection: Selection) {
         let mut pairs = vec![
             ("file", t.info.name.clone()),
             ("device", t.device.to_string()),
-            ("kind", if t.kind == Kind::Segments { "segments" } else { "blocks" }.to_string()),
+            ("kind", kind_name(t.kind).to_string()),
             ("start", format!("{:.2}", t.start)),
             ("end", format!("{:.2}", t.end)),
         ];
@@ -158,5 +158,23 @@ fn write_hash(url: &str) {
                 let _ = hist.replace_state_with_url(&JsValue::NULL, "", Some(url));
             }
         }
+    }
+}
+
+/// A memory mode as the link and the mode's menu name it.
+pub(crate) fn kind_name(k: Kind) -> &'static str {
+    match k {
+        Kind::Blocks => "blocks",
+        Kind::Segments => "segments",
+        Kind::PoolEnvelopes => "pools",
+    }
+}
+
+/// The memory mode of a name ([`kind_name`]); anything else is allocated memory.
+pub(crate) fn kind_of(name: &str) -> Kind {
+    match name {
+        "segments" => Kind::Segments,
+        "pools" => Kind::PoolEnvelopes,
+        _ => Kind::Blocks,
     }
 }

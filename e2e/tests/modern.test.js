@@ -196,3 +196,30 @@ test('pinned host memory is a device of its own: timeline, statistics, events, a
   await page.selectOption('#device', '0');
   await page.waitForFunction(() => document.querySelector('#stats-table tr[data-key="trace_entries"] th')?.textContent === 'cuda:0 events');
 });
+
+test('the memory mode "Allocated, incl. private pools" draws each pool as its envelope', async () => {
+  await open('graph-pool.pickle');
+  const cli = JSON.parse(execFileSync(MEMSCAPE, ['stats', '--json', join(DIR, 'graph-pool.pickle')]).toString()).devices[0];
+  const peak = () => page.evaluate(() => Number(document.querySelector('#timeline').dataset.peakBytes));
+  await page.waitForFunction(b => Number(document.querySelector('#timeline').dataset.peakBytes) === b, cli.timeline.peak_bytes);
+  await page.selectOption('#kind', 'pools');
+  await page.waitForFunction(b => Number(document.querySelector('#timeline').dataset.peakBytes) === b, cli.timeline_incl_private_pools.peak_bytes);
+  assert.equal(new URLSearchParams((await page.evaluate(() => location.hash)).slice(1)).get('kind'), 'pools', 'the link keeps the mode');
+  // Over the last steps, the envelope of pool (1, 2): 20 MiB reserved, drawn whole.
+  await page.locator('#whole').click();
+  await settle();
+  const box = await page.locator('#timeline').boundingBox();
+  let origin = null;
+  for (let fy = 0.95; fy > 0.1 && !origin?.startsWith('private pool (1, 2)'); fy -= 0.03) {
+    await page.mouse.move(box.x + box.width * 0.97, box.y + box.height * fy);
+    await page.waitForTimeout(40);
+    origin = await page.evaluate(() => document.querySelector('#details tr[data-key="origin"] td')?.textContent ?? null);
+  }
+  assert.match(origin ?? '', /^private pool \(1, 2\), stream 0: its envelope grew here/);
+  assert.match(await page.textContent('#details tr[data-key="size"] td'), /^20\.0MiB/);
+  await page.screenshot({ path: join(SHOTS, '66-pool-envelopes.png'), fullPage: true });
+  // A file without private pools does not offer the mode.
+  await open('compiled.pickle');
+  assert.equal(await page.locator('#kind option[value="pools"]').count(), 0);
+  assert.equal(await peak(), JSON.parse(execFileSync(MEMSCAPE, ['stats', '--json', join(DIR, 'compiled.pickle')]).toString()).devices[0].timeline.peak_bytes);
+});

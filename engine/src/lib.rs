@@ -76,6 +76,8 @@ struct Lane {
     baseline: Option<u64>,
     /// The `annotate` entries by the allocation they label.
     labels: Labels,
+    /// [`Kind::PoolEnvelopes`]: the private pool of each envelope element (the last ones).
+    pieces: Vec<(snapshot::PoolId, i64)>,
 }
 
 impl Lane {
@@ -90,7 +92,7 @@ impl Lane {
         let spans = spans(snap, &timeline, device);
         let labels =
             if timeline.kind() == Kind::Blocks { Labels::new(snap, device as usize) } else { Labels::default() };
-        Lane { timeline, ooms, spans, hits: None, drawn: Arc::default(), baseline: None, labels }
+        Lane { timeline, ooms, spans, hits: None, drawn: Arc::default(), baseline: None, labels, pieces: Vec::new() }
     }
 
     /// Where the last view drew `element` (nothing when it was not drawn on its own).
@@ -556,6 +558,15 @@ impl Doc {
     }
 
     fn lane(&mut self, device: u32, kind: Kind) -> &mut Lane {
+        if kind == Kind::PoolEnvelopes && !self.lanes.contains_key(&(device, kind)) {
+            // Laid out from the blocks timeline, with the pool of each envelope element.
+            self.lane(device, Kind::Blocks);
+            let base = &self.lanes[&(device, Kind::Blocks)].timeline;
+            let (tl, pieces) = snapshot::pools::envelope_timeline(&self.snap, base);
+            let mut lane = Lane::new(&self.snap, tl);
+            lane.pieces = pieces;
+            self.lanes.insert((device, kind), lane);
+        }
         let snap = &self.snap;
         self.lanes
             .entry((device, kind))
@@ -700,7 +711,15 @@ impl Doc {
         let block = seg.and_then(|s| s.blocks.iter().find(|b| b.address == Some(e.addr)));
         let stack = e.stack;
         let text = |id: Option<snapshot::StrId>| id.map(|s| snap.str(s).to_string());
+        let n_elements = tl.elements().len();
+        let piece = (element as usize).checked_sub(n_elements - lane.pieces.len()).map(|k| lane.pieces[k]);
         let origin = match e.origin {
+            _ if piece.is_some() => {
+                let ((a, b), stream) = piece.unwrap_or_default();
+                format!(
+                    "private pool ({a}, {b}), stream {stream}: its envelope grew here by this much, to the larger of what its allocations hold and what it reserves (it never shrinks)"
+                )
+            }
             Origin::Traced => match e.alloc_entry {
                 Some(a) => format!("allocated at event {a}"),
                 None => "allocated in the trace".into(),
@@ -741,7 +760,7 @@ impl Doc {
             class,
             class_pending,
             origin,
-            no_stack: history::no_stack_cause(snap, tl, e),
+            no_stack: if piece.is_some() { None } else { history::no_stack_cause(snap, tl, e) },
             forward_site: forward_frames.as_deref().and_then(sites::forward_site),
             forward_frames,
             labels: lane.labels.of(snap, device as usize, e),

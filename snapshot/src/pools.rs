@@ -15,7 +15,7 @@ use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::model::{Action, PoolId, Snapshot};
-use crate::timeline::{Origin, Timeline, TimelineKind};
+use crate::timeline::{Element, Origin, Timeline, TimelineKind};
 
 /// One private pool on one stream.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -52,8 +52,13 @@ pub struct Pools {
     pub totals: Vec<u64>,
     /// ... and at the end: after segment events that follow the last step.
     pub end_total: u64,
-    /// Per (pool, stream), `pools`' order: its envelope after each step.
-    pub envelopes: Vec<Vec<u64>>,
+    /// Each element of the blocks timeline: the index in `pools` of its private pool.
+    pub element_pool: Vec<Option<u32>>,
+    /// Each pool's envelope before the first step, `pools`' order.
+    pub initial_envelopes: Vec<u64>,
+    /// Each growth of an envelope: (step, index in `pools`, bytes), by step; a step of the
+    /// timeline's length is a growth after its last step.
+    pub growth: Vec<(u32, u32, u64)>,
 }
 
 impl Pools {
@@ -187,6 +192,7 @@ pub fn pools(snap: &Snapshot, tl: &Timeline) -> Pools {
     // Allocations: their pool, and their bytes at their start and end.
     let els = tl.elements();
     let mut other_delta = vec![0i128; n + 1];
+    let mut element_pool: Vec<Option<u32>> = Vec::with_capacity(els.len());
     for e in els {
         let entry = e.alloc_entry.or(e.free_entry);
         let (pool, stream) = match entry.map(|i| i as usize).filter(|&i| i < t.len()) {
@@ -198,8 +204,12 @@ pub fn pools(snap: &Snapshot, tl: &Timeline) -> Pools {
         };
         let size = i128::from(e.size);
         let before = e.origin != Origin::Traced;
+        element_pool.push(None);
         if is_private(pool) {
             let k = key(pool.unwrap_or_default(), stream);
+            if let Some(last) = element_pool.last_mut() {
+                *last = Some(k as u32);
+            }
             if before {
                 if initial_live.len() <= k {
                     initial_live.resize(k + 1, 0);
@@ -235,7 +245,8 @@ pub fn pools(snap: &Snapshot, tl: &Timeline) -> Pools {
     let mut env_sum: u64 = env.iter().sum();
     let initial_total = clamp(other).saturating_add(env_sum);
     let mut totals = Vec::with_capacity(n);
-    let mut envelopes: Vec<Vec<u64>> = vec![Vec::with_capacity(n); m];
+    let initial_envelopes = env.clone();
+    let mut growth: Vec<(u32, u32, u64)> = Vec::new();
     for (step, changes) in at.iter().enumerate() {
         for c in changes {
             let k = match *c {
@@ -253,6 +264,7 @@ pub fn pools(snap: &Snapshot, tl: &Timeline) -> Pools {
             let grown = clamp(live[k].max(reserved[k]));
             if grown > env[k] {
                 env_sum += grown - env[k];
+                growth.push((step as u32, k as u32, grown - env[k]));
                 env[k] = grown;
             }
         }
@@ -261,9 +273,6 @@ pub fn pools(snap: &Snapshot, tl: &Timeline) -> Pools {
         }
         other += other_delta[step];
         totals.push(clamp(other).saturating_add(env_sum));
-        for (k, e) in envelopes.iter_mut().enumerate() {
-            e.push(env[k]);
-        }
     }
     let end_total = clamp(other).saturating_add(env_sum);
     let mut pools: Vec<PrivatePool> = order
@@ -277,11 +286,83 @@ pub fn pools(snap: &Snapshot, tl: &Timeline) -> Pools {
             live_peak_bytes: live_peak[k],
         })
         .collect();
+    // By pool id then stream; `rank[k]` is where key `k` went.
     let mut idx: Vec<usize> = (0..m).collect();
     idx.sort_by_key(|&k| (pools[k].pool_id, pools[k].stream));
-    let envelopes = idx.iter().map(|&k| std::mem::take(&mut envelopes[k])).collect();
+    let mut rank = vec![0u32; m];
+    for (r, &k) in idx.iter().enumerate() {
+        rank[k] = r as u32;
+    }
     pools = idx.iter().map(|&k| pools[k].clone()).collect();
-    Pools { pools, initial_total, totals, end_total, envelopes }
+    let initial_envelopes = idx.iter().map(|&k| initial_envelopes[k]).collect();
+    for p in element_pool.iter_mut().flatten() {
+        *p = rank[*p as usize];
+    }
+    for g in &mut growth {
+        g.1 = rank[g.1 as usize];
+    }
+    Pools { pools, initial_total, totals, end_total, element_pool, initial_envelopes, growth }
+}
+
+/// The timeline PyTorch's "Allocated Memory (incl. Private Pools)" draws: the blocks
+/// timeline `base`'s elements (same ids) with a private pool's allocations at 0 bytes, and
+/// each pool's envelope as elements of their own after them, one per growth (alive from it
+/// to the end; the one before the first step on top of what was alive then), each entering
+/// on top of the stack as PyTorch's does. Its totals are [`Pools::totals`] (a growth after
+/// the last step is not drawn). Also the pool of each envelope element, in element order.
+pub fn envelope_timeline(snap: &Snapshot, base: &Timeline) -> (Timeline, Vec<(PoolId, i64)>) {
+    let p = pools(snap, base);
+    let n = base.n_steps();
+    let mut elements: Vec<Element> = base.elements().to_vec();
+    for (e, k) in elements.iter_mut().zip(&p.element_pool) {
+        if k.is_some() {
+            e.size = 0;
+        }
+    }
+    // The base's stacking order: those alive before the first step, bottom first, then the rest.
+    let mut by_order: Vec<u32> = (0..elements.len() as u32).collect();
+    by_order.sort_unstable_by_key(|&i| elements[i as usize].order);
+    let m = base.n_initial();
+    let mut pieces: Vec<(PoolId, i64)> = Vec::new();
+    let mut piece = |elements: &mut Vec<Element>, k: u32, size: u64, start: u32, origin: Origin| {
+        let pool = &p.pools[k as usize];
+        pieces.push((pool.pool_id, pool.stream));
+        elements.push(Element {
+            addr: 0,
+            size,
+            start,
+            end: n,
+            origin,
+            alloc_entry: None,
+            free_entry: None,
+            stack: None,
+            segment: None,
+            order: 0,
+        });
+        elements.len() as u32 - 1
+    };
+    let mut initial: Vec<u32> = Vec::new();
+    for (k, &size) in p.initial_envelopes.iter().enumerate() {
+        if size > 0 {
+            initial.push(piece(&mut elements, k as u32, size, 0, Origin::Snapshot));
+        }
+    }
+    initial.extend(by_order[..m].iter().rev());
+    let mut allocs: Vec<u32> = Vec::with_capacity(by_order.len() - m + p.growth.len());
+    let mut growth = p.growth.iter().filter(|g| g.0 < n).peekable();
+    for &id in &by_order[m..] {
+        let start = elements[id as usize].start;
+        while let Some(&&(step, k, size)) = growth.peek().filter(|g| g.0 < start) {
+            allocs.push(piece(&mut elements, k, size, step, Origin::Traced));
+            growth.next();
+        }
+        allocs.push(id);
+    }
+    for &(step, k, size) in growth {
+        allocs.push(piece(&mut elements, k, size, step, Origin::Traced));
+    }
+    let tl = base.relaid(TimelineKind::PoolEnvelopes, elements, initial, base.n_unmatched_frees(), allocs);
+    (tl, pieces)
 }
 
 fn clamp(x: i128) -> u64 {

@@ -22,6 +22,10 @@ pub enum TimelineKind {
     Blocks,
     /// Reserved memory: segments (`segment_alloc` / `segment_free`, `segment_map` / `segment_unmap`).
     Segments,
+    /// Allocated memory with each private pool as its envelope (PyTorch's "Allocated Memory
+    /// (incl. Private Pools)", [`crate::pools::envelope_timeline`]): the blocks timeline's
+    /// steps and elements, a private pool's allocations drawn as its envelope's growth.
+    PoolEnvelopes,
 }
 
 /// Where an element comes from.
@@ -517,6 +521,9 @@ pub struct Band {
 impl Timeline {
     /// Lays out the timeline of `device`.
     pub fn build(snap: &Snapshot, device: usize, kind: TimelineKind) -> Timeline {
+        if kind == TimelineKind::PoolEnvelopes {
+            return crate::pools::envelope_timeline(snap, &Self::build(snap, device, TimelineKind::Blocks)).0;
+        }
         let trace = snap.trace(device);
         // The largest vectors are made their size at once (a vector that doubles holds both
         // copies for a moment, and wasm memory keeps that moment): one element per
@@ -548,7 +555,7 @@ impl Timeline {
             order: 0,
         };
         match kind {
-            TimelineKind::Blocks => {
+            TimelineKind::Blocks | TimelineKind::PoolEnvelopes => {
                 let mut pending: FxHashMap<u64, u32> = FxHashMap::default();
                 for i in 0..trace.len() {
                     let step = step_entry.len() as u32;
@@ -715,6 +722,19 @@ impl Timeline {
                 Self::finish(kind, device, elements, initial, n_unmatched, allocs, step_entry)
             }
         }
+    }
+
+    /// A timeline over the same steps as `self` with other elements: `initial` alive before
+    /// the first step (the first on top), `allocs` the rest in the order they start.
+    pub(crate) fn relaid(
+        &self,
+        kind: TimelineKind,
+        elements: Vec<Element>,
+        initial: Vec<u32>,
+        n_unmatched: usize,
+        allocs: Vec<u32>,
+    ) -> Timeline {
+        Self::finish(kind, self.device, elements, initial, n_unmatched, allocs, self.step_entry.clone())
     }
 
     fn finish(

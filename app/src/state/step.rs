@@ -16,10 +16,11 @@ impl Chosen {
     }
 
     /// Chooses the step under a click (fractional, of the tab shown's timeline): only the
-    /// allocated-memory timeline counts steps as the flame graph does.
+    /// allocated-memory timelines (with or without private pools) count steps as the flame
+    /// graph does.
     pub(crate) fn pick(self, docs: Docs, step: f64) {
         let Some(t) = docs.tab_untracked() else { return };
-        if t.kind == Kind::Blocks && step >= 0.0 {
+        if t.kind != Kind::Segments && step >= 0.0 {
             self.0.set(Some((t.info.doc, t.device, step.floor().min(f64::from(t.n_steps.saturating_sub(1))) as u32)));
         }
     }

@@ -204,6 +204,7 @@ pub(super) fn Plot() -> impl IntoView {
     };
     view! {
         <canvas id="timeline" data-peak-step=move || shown.view.with(|v| v.as_ref().map(|v| v.peak_step.to_string()))
+            data-peak-bytes=move || shown.view.with(|v| v.as_ref().map(|v| v.peak_bytes.to_string()))
             on:mousemove=on_move on:mousedown=on_down on:mouseup=on_up
             on:mouseleave=move |_| {
                 drag.set_value(None);

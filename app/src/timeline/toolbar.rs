@@ -18,6 +18,10 @@ pub(super) fn Toolbar() -> impl IntoView {
     let (docs, nav, plot, window) =
         (expect_context::<Docs>(), expect_context::<Nav>(), expect_context::<Plot>(), expect_context::<Window>());
     let is_kind = move |k: Kind| docs.tab().is_some_and(|t| t.kind == k);
+    // Offered for a device with a private pool (CUDA graphs, MemPool).
+    let has_pools = move || {
+        docs.tab().is_some_and(|t| t.info.device_summary(t.device).is_some_and(|d| !d.private_pools.is_empty()))
+    };
     view! {
         <div class="toolbar">
             <label>"Device "
@@ -27,9 +31,12 @@ pub(super) fn Toolbar() -> impl IntoView {
             </label>
             <label>"Memory "
                 <select id="kind" on:change=move |e| {
-                    nav.kind(if event_target_value(&e) == "segments" { Kind::Segments } else { Kind::Blocks });
+                    nav.kind(crate::url::kind_of(&event_target_value(&e)));
                 }>
                     <option value="blocks" selected=move || is_kind(Kind::Blocks)>"Allocated (active memory timeline)"</option>
+                    <Show when=has_pools>
+                        <option value="pools" selected=move || is_kind(Kind::PoolEnvelopes)>"Allocated, incl. private pools"</option>
+                    </Show>
                     <option value="segments" selected=move || is_kind(Kind::Segments)>"Reserved (segments) vs allocated"</option>
                 </select>
             </label>

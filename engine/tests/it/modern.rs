@@ -94,3 +94,47 @@ fn the_hosts_pinned_memory_answers_as_a_device() {
     let Response::Events(gpu) = e.handle(Request::Events { doc, device: 0, first: 0, count: 1 }) else { panic!() };
     assert_eq!(gpu.total, 37);
 }
+
+#[test]
+fn private_pools_are_drawn_as_their_envelopes() {
+    let bytes = std::fs::read(testkit::modern(5).join("graph-pool.pickle")).unwrap();
+    let mut e = Engine::new();
+    let info = super::open(&mut e, "graph-pool.pickle", &bytes, 1024).unwrap();
+    let incl = info.summary.devices[0].timeline_incl_private_pools;
+    let view = |e: &mut Engine, kind: Kind| match e.handle(Request::View(ViewQuery {
+        doc: info.doc,
+        device: 0,
+        kind,
+        start: 0.0,
+        end: 0.0,
+        columns: 64,
+        rows: 200,
+        y: None,
+        baseline: false,
+        totals_only: false,
+        pinned: None,
+        palette: PaletteVm::default(),
+    })) {
+        Response::View(v) => v,
+        other => panic!("{other:?}"),
+    };
+    let blocks = view(&mut e, Kind::Blocks);
+    let pools = view(&mut e, Kind::PoolEnvelopes);
+    assert_eq!(pools.n_steps, blocks.n_steps, "the same steps");
+    assert_eq!((pools.peak_bytes, blocks.peak_bytes), (incl.peak_bytes, info.summary.devices[0].timeline.peak_bytes));
+    // The envelope of pool (1, 2) is an element of its own, with its pool in the details.
+    let last = pools.n_steps - 1;
+    let Response::Hit(Some(d), _) = e.handle(Request::Hit {
+        doc: info.doc,
+        device: 0,
+        kind: Kind::PoolEnvelopes,
+        step: last,
+        bytes: 3 << 20,
+        slack: 0,
+    }) else {
+        panic!("an element 3 MiB up at the last step")
+    };
+    assert_eq!(d.size, 20 << 20);
+    assert!(d.origin.starts_with("private pool (1, 2), stream 0: its envelope grew here"), "{}", d.origin);
+    assert_eq!((d.no_stack, d.frames.len()), (None, 0));
+}

@@ -6,8 +6,8 @@
 //! (docs/pools.md). And on the corpus, which has no private pool, the count with pools is the
 //! timeline's own.
 
-use snapshot::pools::{has_private, pools, InclPools};
-use snapshot::timeline::{Timeline, TimelineKind};
+use snapshot::pools::{envelope_timeline, has_private, pools, InclPools};
+use snapshot::timeline::{LodQuery, Timeline, TimelineKind};
 use snapshot::{Action, Block, BlockState, Entry, PoolId, Segment, Snapshot, Trace};
 
 const M: u64 = 1 << 20;
@@ -170,5 +170,47 @@ fn without_private_pools_the_count_is_the_timelines() {
             assert_eq!(p.incl(), InclPools { peak_bytes: tl.peak_bytes(), final_bytes: tl.final_bytes() }, "{name}");
             assert_eq!(p.totals, tl.totals(), "{name}");
         }
+    }
+}
+
+#[test]
+fn the_envelope_timeline_draws_the_totals_with_pools() {
+    let s = 524_288;
+    let (p, q) = (0x7f08_cde0_0000u64, 0x7f08_d280_0000u64);
+    #[rustfmt::skip]
+    let cases: Vec<(Vec<E>, Vec<S>)> = vec![
+        (vec![(SA, p, 2 * M, 0, None), (A, p, s, 0, None), (SA, q, 2 * M, 0, None), (A, q, s, 0, None),
+              (FC, p, s, 0, None), (FC, q, s, 0, None), (A, p, s, 0, None), (A, q, s, 0, None),
+              (A, q + 0x80000, s, 0, None), (A, p + 0x80000, s, 0, None)],
+         vec![(p, 2 * M, (0, 0), 0, vec![(s, true), (s, true), (M, false)]),
+              (q, 2 * M, (0, 1), 0, vec![(s, true), (s, true), (M, false)])]),
+        (vec![(A, 0xe600000, 3 * M, 0, None), (A, 0x6a00000, 4 * M, 0, None)],
+         vec![(0x1e00000, 2 * M, (0, 1), 0, vec![(M, true), (M, false)]),
+              (0x6800000, 20 * M, (0, 0), 0, vec![(2 * M, true), (4 * M, true), (14 * M, false)]),
+              (0xe600000, 20 * M, (0, 1), 0, vec![(3 * M, true), (17 * M, false)])]),
+        (vec![(FC, 0x788c2000000, 94_371_840, 0, None), (A, 0x788c2000000, 256, 0, None), (A, 0x10, 100, 0, None)],
+         vec![(0x788c0000000, 83_886_080, (1, 42), 0, vec![])]),
+    ];
+    for (k, (trace, segs)) in cases.into_iter().enumerate() {
+        let snap = snapshot(&trace, &segs);
+        let base = Timeline::build(&snap, 0, TimelineKind::Blocks);
+        let p = pools(&snap, &base);
+        let (tl, pieces) = envelope_timeline(&snap, &base);
+        assert_eq!(tl.kind(), TimelineKind::PoolEnvelopes);
+        assert_eq!((tl.initial_bytes(), tl.totals()), (p.initial_total, p.totals.as_slice()), "case {k}");
+        assert_eq!(tl.peak_bytes(), p.incl().peak_bytes, "case {k}");
+        // The blocks' ids are kept; a pool's blocks are drawn at 0 bytes, inside its envelope.
+        for (i, (b, e)) in base.elements().iter().zip(tl.elements()).enumerate() {
+            assert_eq!((b.addr, b.start, b.end), (e.addr, e.start, e.end), "case {k}, element {i}");
+            assert!(e.size == b.size || (e.size == 0 && p.element_pool[i].is_some()), "case {k}, element {i}");
+        }
+        assert_eq!(tl.elements().len(), base.elements().len() + pieces.len());
+        assert!(pieces.iter().all(|&(pool, _)| pool != (0, 0)));
+        // Every column of a drawing adds up to the total at its step.
+        let lod = tl.lod(&LodQuery { start: 0.0, end: f64::from(tl.n_steps()), columns: 7, min_bytes: 1 });
+        for c in &lod.columns {
+            assert_eq!((c.total_bytes, c.drawn_bytes), (tl.totals()[c.step as usize], c.total_bytes), "case {k}");
+        }
+        assert_eq!(Timeline::build(&snap, 0, TimelineKind::PoolEnvelopes).totals(), tl.totals());
     }
 }
