@@ -72,6 +72,15 @@ pub(crate) fn AllocatorPanel() -> impl IntoView {
                 st.private_pools,
                 if st.orphan_blocks > 0 { format!(" · {} blocks of unknown segments", st.orphan_blocks) } else { String::new() },
             ))}</p>
+            <ul id="state-pools">{move || allocator.state.with(|st| st.as_ref().map(|st| st.pools.iter().map(|p| {
+                let (a, b) = p.pool;
+                view! {
+                    <li class="state-pool" data-pool=format!("{a}.{b}.{}", p.stream) data-reserved=p.reserved.to_string()>
+                        {format!("private pool ({a}, {b}), stream {}: {} segments, {} reserved, {} allocated",
+                            p.stream, p.segments, format_size(i128::from(p.reserved)), format_size(i128::from(p.allocated)))}
+                    </li>
+                }
+            }).collect_view()))}</ul>
             <canvas id="state-map"></canvas>
             <p class="legend">"Segments in address order, end to end: coloured blocks are allocated, grey is free, red is freed but pending (used by another stream)."</p>
         </section>

@@ -9,7 +9,7 @@
 use engine::protocol::{DocId, DoctorReport as Report, Request, Response};
 use leptos::prelude::*;
 use leptos::task::spawn_local;
-use snapshot::doctor::{Advice, Holder, Oom};
+use snapshot::doctor::{Advice, Holder, Oom, PoolFree};
 
 use crate::client::worker;
 use crate::modes::{Mode, Shown};
@@ -207,9 +207,29 @@ fn OomPanel(r: Report) -> impl IntoView {
                     </section>
                     <Holders holders=o.holders.clone()/>
                 </div>
+                <Pools pools=o.free_by_pool.clone()/>
                 <AdviceList advice=o.advice.clone()/>
             </section>
         })
+    }
+}
+
+/// Each pool on each stream at the error: the private pools by their id.
+#[component]
+fn Pools(pools: Vec<PoolFree>) -> impl IntoView {
+    view! {
+        <section id="oom-pools">
+            <h2>"Pools at the error"</h2>
+            <table class="list">
+                <tr><th>"pool"</th><th>"stream"</th><th>"segments"</th><th>"reserved"</th><th>"free"</th><th>"largest free block"</th></tr>
+                {pools.into_iter().map(|p| view! {
+                    <tr class="oom-pool" data-pool=p.name() data-reserved=p.reserved_bytes.to_string()>
+                        <td>{p.name()}</td><td>{p.stream}</td><td>{p.segments}</td><td>{bytes_text(p.reserved_bytes)}</td>
+                        <td>{bytes_text(p.free_bytes)}</td><td>{bytes_text(p.largest_free_block_bytes)}</td>
+                    </tr>
+                }).collect_view()}
+            </table>
+        </section>
     }
 }
 

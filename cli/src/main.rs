@@ -845,8 +845,8 @@ fn print_doctor(out: &mut impl std::io::Write, r: &snapshot::doctor::Report) -> 
         for p in &o.free_by_pool {
             writeln!(
                 out,
-                "    {} pool, stream {}{}: {} segments, {} reserved, {} free in {} blocks, largest {}",
-                p.pool.label(),
+                "    {}, stream {}{}: {} segments, {} reserved, {} free in {} blocks, largest {}",
+                p.name(),
                 p.stream,
                 if p.expandable { " (expandable)" } else { "" },
                 p.segments,

@@ -135,6 +135,10 @@ test('an OOM file opens on the device that ran out of memory, and the banner lin
   await page.click('#open-doctor');
   await page.waitForSelector('#verdict', { timeout: 30000 });
   assert.match(await page.textContent('#oom h2'), /Out of memory on cuda:1/);
+  // The pools at the error, as memscape doctor names them.
+  const doctor = JSON.parse(execFileSync(MEMSCAPE, ['doctor', '--json', join(DIR, 'oom-cuda1.pickle')]).toString());
+  const pools = await page.$$eval('#oom-pools tr.oom-pool', trs => trs.map(tr => [tr.dataset.pool, Number(tr.dataset.reserved)]));
+  assert.deepEqual(pools, doctor.ooms[0].free_by_pool.map(p => [`${p.pool} pool`, p.reserved_bytes]));
   await page.screenshot({ path: join(SHOTS, '63-oom-device.png'), fullPage: true });
   await page.click('#mode-timeline');
 });
@@ -218,8 +222,22 @@ test('the memory mode "Allocated, incl. private pools" draws each pool as its en
   assert.match(origin ?? '', /^private pool \(1, 2\), stream 0: its envelope grew here/);
   assert.match(await page.textContent('#details tr[data-key="size"] td'), /^20\.0MiB/);
   await page.screenshot({ path: join(SHOTS, '66-pool-envelopes.png'), fullPage: true });
+  // The allocator after the last event names each private pool with its segments.
+  await page.locator('#events .row[data-entry="12"]').click();
+  await page.waitForFunction(() => document.querySelector('#state h2').textContent === 'Allocator after event 12');
+  await page.waitForSelector('#state-pools li.state-pool');
+  assert.deepEqual(await page.$$eval('#state-pools li.state-pool', lis => lis.map(li => li.textContent)),
+    ['private pool (1, 2), stream 0: 1 segments, 20.0MiB reserved, 4.0MiB allocated']);
+  await page.locator('#events .row[data-entry="8"]').click();
+  await page.waitForFunction(() => document.querySelectorAll('#state-pools li.state-pool').length === 2);
   // A file without private pools does not offer the mode.
   await open('compiled.pickle');
   assert.equal(await page.locator('#kind option[value="pools"]').count(), 0);
   assert.equal(await peak(), JSON.parse(execFileSync(MEMSCAPE, ['stats', '--json', join(DIR, 'compiled.pickle')]).toString()).devices[0].timeline.peak_bytes);
+});
+
+test('nothing left the page, and the console is clean', () => {
+  const origin = new URL(view.url).origin;
+  assert.deepEqual(view.requests.filter(u => !u.startsWith(origin) && !u.startsWith('blob:') && !u.startsWith('data:')), []);
+  assert.deepEqual(view.consoleErrors, []);
 });

@@ -801,14 +801,24 @@ impl Doc {
         let step = entry.map(|e| self.lane(device, Kind::Blocks).timeline.step_of_entry(e));
         self.state_index(device);
         let st = self.states[&device].state_after(&self.snap, entry.map(|e| e as usize));
-        let mut pools = std::collections::HashSet::new();
+        // Each private pool on each stream: its segments, reserved and allocated bytes.
+        let mut pools: std::collections::BTreeMap<((u64, u64), i64), PoolVm> = std::collections::BTreeMap::new();
         let mut pending = 0;
         let segments: Vec<SegmentVm> = st
             .segments
             .iter()
             .map(|s| {
                 if let Some(p) = s.pool.filter(|p| *p != (0, 0)) {
-                    pools.insert(p);
+                    let vm = pools.entry((p, s.stream)).or_insert(PoolVm {
+                        pool: p,
+                        stream: s.stream,
+                        segments: 0,
+                        reserved: 0,
+                        allocated: 0,
+                    });
+                    vm.segments += 1;
+                    vm.reserved += s.size;
+                    vm.allocated += s.blocks.iter().map(|b| b.requested_size).sum::<u64>();
                 }
                 SegmentVm {
                     address: s.address,
@@ -842,6 +852,7 @@ impl Doc {
             external_free: st.segments.iter().map(|s| s.external_free_bytes).sum(),
             pending_frees: pending,
             private_pools: pools.len() as u32,
+            pools: pools.into_values().collect(),
             segments,
             orphan_blocks: st.orphan_blocks.len() as u32,
         }

@@ -464,9 +464,22 @@ pub struct StateView {
     pub external_free: u64,
     pub pending_frees: u32,
     pub private_pools: u32,
+    /// Each private pool on each stream, by pool id then stream.
+    pub pools: Vec<PoolVm>,
     pub segments: Vec<SegmentVm>,
     /// Blocks whose segment is unknown (trace started after the segment was made).
     pub orphan_blocks: u32,
+}
+
+/// A private pool (CUDA graph, `MemPool`) on one stream in an allocator state.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PoolVm {
+    pub pool: (u64, u64),
+    pub stream: i64,
+    pub segments: u32,
+    pub reserved: u64,
+    /// Requested bytes of its live blocks.
+    pub allocated: u64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

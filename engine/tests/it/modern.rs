@@ -137,4 +137,13 @@ fn private_pools_are_drawn_as_their_envelopes() {
     assert_eq!(d.size, 20 << 20);
     assert!(d.origin.starts_with("private pool (1, 2), stream 0: its envelope grew here"), "{}", d.origin);
     assert_eq!((d.no_stack, d.frames.len()), (None, 0));
+    // The allocator panel's pools: (1, 2) after the last event; (1, 3) was released.
+    let last_entry = 12;
+    let Response::State(st) = e.handle(Request::State { doc: info.doc, device: 0, entry: Some(last_entry) }) else {
+        panic!()
+    };
+    let pools: Vec<_> = st.pools.iter().map(|p| (p.pool, p.stream, p.segments, p.reserved, p.allocated)).collect();
+    assert_eq!(pools, vec![((1, 2), 0, 1, 20 << 20, 4 << 20)]);
+    let Response::State(mid) = e.handle(Request::State { doc: info.doc, device: 0, entry: Some(8) }) else { panic!() };
+    assert_eq!(mid.pools.iter().map(|p| p.pool).collect::<Vec<_>>(), vec![(1, 2), (1, 3)]);
 }

@@ -106,6 +106,16 @@ pub struct PoolFree {
     pub expandable: bool,
 }
 
+impl PoolFree {
+    /// The pool in words: `large pool`, `small pool`, `private pool (1, 2)`.
+    pub fn name(&self) -> String {
+        match self.private_pool {
+            Some((a, b)) => format!("private pool ({a}, {b})"),
+            None => format!("{} pool", self.pool.label()),
+        }
+    }
+}
+
 /// A pool on a stream: kind, private pool id, stream.
 type PoolKey = (PoolKind, Option<PoolId>, i64);
 
@@ -349,5 +359,22 @@ mod tests {
         for pool in [PoolKind::Small, PoolKind::Large, PoolKind::Private] {
             assert_eq!(serde_json::to_value(pool).unwrap(), pool.label());
         }
+        // A private pool is named by its id: each of a run's CUDA graphs has its own.
+        let named = |pool, private_pool| {
+            PoolFree {
+                pool,
+                private_pool,
+                stream: 0,
+                segments: 1,
+                reserved_bytes: 0,
+                free_blocks: 0,
+                free_bytes: 0,
+                largest_free_block_bytes: 0,
+                expandable: false,
+            }
+            .name()
+        };
+        assert_eq!(named(PoolKind::Large, None), "large pool");
+        assert_eq!(named(PoolKind::Private, Some((1, 2))), "private pool (1, 2)");
     }
 }
