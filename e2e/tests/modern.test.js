@@ -8,7 +8,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, copyFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
 import { openExample, settle as settleDown, ROOT } from '../harness.js';
@@ -234,6 +234,17 @@ test('the memory mode "Allocated, incl. private pools" draws each pool as its en
   assert.equal(await page.locator('#kind option[value="pools"]').count(), 0);
   const plain = JSON.parse(execFileSync(MEMSCAPE, ['stats', '--json', join(DIR, 'compiled.pickle')]).toString()).devices[0];
   await page.waitForFunction(b => Number(document.querySelector('#timeline').dataset.peakBytes) === b, plain.timeline.peak_bytes);
+});
+
+test('files named like the worker\'s own messages open as files', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'memscape-names-'));
+  for (const name of ['run', 'rank', '1']) {
+    copyFileSync(join(DIR, 'oom-cuda1.pickle'), join(dir, name));
+    await page.setInputFiles('#file-input', join(dir, name));
+    await page.waitForFunction(n => document.querySelector('.tab.active .tab-name')?.textContent === n
+      && document.querySelector('#stats .file-line')?.textContent.startsWith(n + ' '), name, { timeout: 30000 });
+    assert.equal(await page.inputValue('#device'), '1', `${name}: read, on its OOM device`);
+  }
 });
 
 test('nothing left the page, and the console is clean', () => {

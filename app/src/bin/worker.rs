@@ -3,7 +3,8 @@
 //! 4 GiB and a file that exhausts it takes no other file down. Messages in: `[id, Blob,
 //! name]` to open a file (as doc `id`), `[run, [File...], "run"]` then `[id, index, name,
 //! "rank"]` to profile a run's file for its overview (the pool's workers, given a run's files
-//! once; answered as a reply to request `id`), or
+//! once; answered as a reply to request `id`), told apart by the type of their second item
+//! (a Blob, an array, a number), never by a name, or
 //! postcard bytes of a `ToWorker`. Messages out:
 //! postcard bytes of a `FromWorker`. A load is cancelled by terminating the worker.
 //!
@@ -266,7 +267,9 @@ impl Worker {
             self.warm.take();
             let id = arr.get(0).as_f64().unwrap_or(0.0) as u32;
             let name = arr.get(2).as_string().unwrap_or_else(|| "file".into());
-            if arr.get(2).as_string().as_deref() == Some("run") {
+            // Told apart by what they carry, never by the name: a run's files come as an array
+            // (a file named `run` once hung its tab, taken for a run's files).
+            if js_sys::Array::is_array(&arr.get(1)) {
                 // A run's files, given once; its ranks are asked for by index.
                 self.run_files.replace(arr.get(1).dyn_into::<js_sys::Array>().ok());
                 return;
