@@ -98,6 +98,8 @@ test('a backward allocation says where its tensor was created in forward, and it
   assert.equal(d.fields.address, '0x7f0000800000');
   assert.equal(d.fields['created in forward'], 'at /home/user/model.py:14:forward');
   assert.match(d.forward, /c = b\[:, 0\]/);
+  // The event list names it so too, not by the allocator's frame.
+  assert.match(await page.textContent('#events .row[data-entry="5"]'), /backward: SelectBackward0, aten::zeros/);
   const stats = JSON.parse(execFileSync(MEMSCAPE, ['doctor', '--json', join(DIR, 'compiled.pickle')]).toString());
   assert.ok(stats.peak.holders.some(h => h.site === 'backward: SelectBackward0, aten::zeros'),
     JSON.stringify(stats.peak.holders));

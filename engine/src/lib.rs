@@ -777,11 +777,12 @@ impl Doc {
         let rows = (first.min(end)..end)
             .map(|i| {
                 let i = i as usize;
+                // The line of code it is charged to, as everywhere else (a C++ stack's
+                // innermost frames are the allocator's own).
                 let frame = t
                     .frames(i)
-                    .and_then(|s| {
-                        snap.stack(s).find(|f| !frames::is_hidden(snap, f)).map(|f| frames::frame_line(snap, f))
-                    })
+                    .map(|s| sites::site_name(snap, Some(s)))
+                    .filter(|s| s != "(no frames)")
                     .unwrap_or_default();
                 EventRow {
                     entry: i as u32,

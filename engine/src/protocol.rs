@@ -448,7 +448,8 @@ pub struct EventRow {
     pub size: u64,
     pub stream: i64,
     pub time_us: Option<i64>,
-    /// The innermost frame PyTorch's filter keeps.
+    /// The line of code it is charged to (`snapshot::sites::site_name`: the user's own
+    /// line, compiled code's original line, a C++ stack's node and op); empty without one.
     pub frame: String,
 }
 

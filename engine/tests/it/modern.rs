@@ -35,6 +35,14 @@ fn details_show_what_recent_pytorch_writes() {
     let nf = details(&mut e, info.doc, a + (10 << 20));
     assert!(nf.frames.is_empty() && nf.no_stack.as_deref().is_some_and(|c| c.starts_with("no Python frames")));
     assert_eq!(info.summary.devices[0].history_overflowed, Some(true));
+    // The event list names each event's line as the call sites are named.
+    let Response::Events(ev) = e.handle(Request::Events { doc: info.doc, device: 0, first: 0, count: 9 }) else {
+        panic!()
+    };
+    let frames: Vec<&str> = ev.rows.iter().map(|r| r.frame.as_str()).collect();
+    assert_eq!(frames[2], "/home/user/model.py:12:forward");
+    assert_eq!(frames[5], "backward: SelectBackward0, aten::zeros");
+    assert_eq!((frames[0], frames[6]), ("", ""), "no stack: nothing");
 
     let oom = std::fs::read(testkit::modern(5).join("oom-cuda1.pickle")).unwrap();
     let info = super::open(&mut e, "oom-cuda1.pickle", &oom, 4096).unwrap();
