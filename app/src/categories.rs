@@ -16,12 +16,14 @@ use crate::rules::{RulesEditor, UserRules};
 use crate::state::{Chosen, Docs, Predicted, Redraw, Window};
 use crate::text::{bytes_text, delta_text};
 
-/// The categories a file has a use for: memory outside PyTorch's allocator only in merged
-/// snapshots that hold some.
+/// The categories a file has a use for, in stacking order: memory outside PyTorch's allocator
+/// only in merged snapshots that hold some, memory from before the recording not split only
+/// where some is.
 fn shown(v: Option<&CategoriesVm>) -> impl Iterator<Item = Category> + '_ {
-    Category::ALL
+    let rare = [Category::OutsideAllocator, Category::Persistent];
+    Category::STACKED
         .into_iter()
-        .filter(move |&c| c != Category::OutsideAllocator || v.is_some_and(|v| v.report.max[c.index()].bytes > 0))
+        .filter(move |&c| !rare.contains(&c) || v.is_some_and(|v| v.report.max[c.index()].bytes > 0))
 }
 
 /// The view's state: the worker's answer, the hidden categories, the clicked step.
@@ -198,14 +200,34 @@ fn Budget(v: CategoriesVm) -> impl IntoView {
     view! {
         <section id="budget">
             <h2>"Budget"</h2>
-            <p class="formula">"parameters + optimizer state + max(gradients + optimizer intermediates, activations)"</p>
+            <p class="formula">{if b.persistent > 0 {
+                "parameters + optimizer state + persistent before recording + max(gradients + optimizer intermediates, activations)"
+            } else {
+                "parameters + optimizer state + max(gradients + optimizer intermediates, activations)"
+            }}</p>
             <p id="budget-terms" data-total=b.total.to_string()>
-                {format!("{} + {} + max({}, {}) = {}", bytes_text(b.parameters), bytes_text(b.optimizer_state),
+                {format!("{} + {} + {}max({}, {}) = {}", bytes_text(b.parameters), bytes_text(b.optimizer_state),
+                    if b.persistent > 0 { format!("{} + ", bytes_text(b.persistent)) } else { String::new() },
                     bytes_text(b.gradients_and_intermediates), bytes_text(b.activations), bytes_text(b.total))}
             </p>
             <p id="budget-peak" data-peak=b.peak.to_string()>{format!("measured peak: {} ({})", bytes_text(b.peak), delta_text(b.total, b.peak))}</p>
+            <Inferred v=v/>
         </section>
     }
+}
+
+/// What was inferred of the memory alive before the recording (no stack, alive to the end):
+/// parameters and optimizer state, or why it could not be split.
+#[component]
+fn Inferred(v: CategoriesVm) -> impl IntoView {
+    v.report.inference.map(|i| {
+        view! {
+            <p id="inferred" class="hint" data-parameters=i.parameter_bytes.to_string()
+                data-optimizer-state=i.optimizer_state_bytes.to_string() data-unsplit=i.unsplit_bytes.to_string()>
+                {i.summary}
+            </p>
+        }
+    })
 }
 
 /// The training iterations found, each with its peak and a button that zooms to it.

@@ -56,6 +56,10 @@ struct Input {
     /// site of its own ([`own_sites`]): many iterations times many sites.
     short: Snapshot,
     short_blocks: Timeline,
+    /// Recorded after a warm-up step, with a layer per 2,000 entries: the parameters and
+    /// optimizer state the categories infer grow with N.
+    warm: Snapshot,
+    warm_blocks: Timeline,
     /// The same snapshot with annotations that never pair ([`unended`]).
     open_spans: Snapshot,
     open_blocks: Timeline,
@@ -89,6 +93,16 @@ impl Input {
             Options { target_entries: entries, leak_bytes: 1 << 20, layers: 1, seed: 3, ..Default::default() };
         let short = own_sites(&synth::generate(&one_layer));
         let short_blocks = Timeline::build(&short, 0, TimelineKind::Blocks);
+        let warm_opts = Options {
+            target_entries: entries,
+            layers: entries / 2000,
+            hidden: 256,
+            warmup_steps: 1,
+            seed: 3,
+            ..Default::default()
+        };
+        let warm = synth::generate(&warm_opts);
+        let warm_blocks = Timeline::build(&warm, 0, TimelineKind::Blocks);
         let blocks = Timeline::build(&snap, 0, TimelineKind::Blocks);
         let pooled = pooled(&snap);
         let pooled_blocks = Timeline::build(&pooled, 0, TimelineKind::Blocks);
@@ -110,6 +124,8 @@ impl Input {
             snap,
             short,
             short_blocks,
+            warm,
+            warm_blocks,
             open_spans,
             open_blocks,
             blocks,
@@ -403,7 +419,15 @@ fn checks() -> Vec<(String, Sample)> {
         let stages: &[Stage] = if input {
             &[Stage::Runs, Stage::Iterations]
         } else {
-            &[Stage::Entries, Stage::Elements, Stage::Steps, Stage::Runs, Stage::Iterations, Stage::Leaks]
+            &[
+                Stage::Entries,
+                Stage::Elements,
+                Stage::Steps,
+                Stage::Persistent,
+                Stage::Runs,
+                Stage::Iterations,
+                Stage::Leaks,
+            ]
         };
         for &stage in stages {
             put(
@@ -424,6 +448,10 @@ fn checks() -> Vec<(String, Sample)> {
     put(
         "categories (whole analysis), one layer, a site per allocation",
         Box::new(|i| per_call(|| drop(black_box(categories::analyze(&i.short, &i.short_blocks, &i.rules))))),
+    );
+    put(
+        "categories (whole analysis), recorded after a warm-up step, a layer per 2,000 entries",
+        Box::new(|i| per_call(|| drop(black_box(categories::analyze(&i.warm, &i.warm_blocks, &i.rules))))),
     );
     put("categories report", Box::new(|i| per_call(|| drop(black_box(i.cats.report(&i.blocks, i.rules.rules()))))));
     put(

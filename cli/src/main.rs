@@ -155,6 +155,20 @@ enum Command {
         /// Plant an extra activation of this size in every iteration (e.g. 24M).
         #[arg(long, value_parser = parse_size)]
         extra_activation: Option<u64>,
+        /// The optimizer whose state the first step makes: adamw, adam, sgd-momentum, sgd,
+        /// adam8bit, adafactor.
+        #[arg(long, default_value = "adamw", value_parser = parse_optimizer)]
+        optimizer: snapshot::synth::OptimizerKind,
+        /// Training steps before the recording starts: parameters and optimizer state are then
+        /// blocks of the final snapshot without frames, as in a recording started mid-training.
+        #[arg(long, default_value_t = 0)]
+        warmup_steps: usize,
+        /// Leave out torch.optim's record_function annotations.
+        #[arg(long)]
+        no_annotations: bool,
+        /// End the recording after its first forward pass.
+        #[arg(long)]
+        end_in_forward: bool,
         /// Also write what was planted (bytes per category at the peak, the leak's and the
         /// extra activation's call sites) as JSON to this file.
         #[arg(long)]
@@ -190,6 +204,14 @@ enum Command {
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
+}
+
+fn parse_optimizer(s: &str) -> Result<snapshot::synth::OptimizerKind, String> {
+    use snapshot::synth::OptimizerKind;
+    OptimizerKind::ALL.into_iter().find(|k| k.key() == s).ok_or_else(|| {
+        let keys: Vec<&str> = OptimizerKind::ALL.iter().map(|k| k.key()).collect();
+        format!("not an optimizer: {s:?} (one of {})", keys.join(", "))
+    })
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -499,6 +521,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             fragmentation_oom,
             leak,
             extra_activation,
+            optimizer,
+            warmup_steps,
+            no_annotations,
+            end_in_forward,
             truth,
             output,
         } => {
@@ -514,6 +540,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             opts.fragmentation_oom = fragmentation_oom;
             opts.leak_bytes = leak.unwrap_or(0);
             opts.extra_activation_bytes = extra_activation.unwrap_or(0);
+            opts.optimizer = optimizer;
+            opts.warmup_steps = warmup_steps;
+            opts.annotations = !no_annotations;
+            opts.end_in_forward = end_in_forward;
             let (snap, planted) = snapshot::synth::generate_with_truth(&opts);
             if let Some(path) = truth {
                 use snapshot::categories::Category;
@@ -745,9 +775,14 @@ fn print_categories(out: &mut impl std::io::Write, r: &snapshot::categories::Rep
         writeln!(out, "  {:>12}  {}", fs(c.bytes.into()), c.category.label())?;
     }
     let b = &r.budget;
+    let persistent = if b.persistent > 0 {
+        format!(" + persistent before recording {}", fs(b.persistent.into()))
+    } else {
+        String::new()
+    };
     writeln!(
         out,
-        "  budget: parameters {} + optimizer state {} + max(gradients + intermediates {}, activations {}) = {} (measured peak {})",
+        "  budget: parameters {} + optimizer state {}{persistent} + max(gradients + intermediates {}, activations {}) = {} (measured peak {})",
         fs(b.parameters.into()),
         fs(b.optimizer_state.into()),
         fs(b.gradients_and_intermediates.into()),
@@ -755,6 +790,9 @@ fn print_categories(out: &mut impl std::io::Write, r: &snapshot::categories::Rep
         fs(b.total.into()),
         fs(b.peak.into())
     )?;
+    if let Some(i) = &r.inference {
+        writeln!(out, "  before the recording: {}", i.summary)?;
+    }
     let complete = r.iterations.iter().filter(|i| i.complete).count();
     writeln!(out, "  iterations: {} ({complete} complete; {})", r.iterations.len(), r.iteration_source)?;
     for (k, it) in r.iterations.iter().enumerate().take(20) {

@@ -383,9 +383,9 @@ impl Engine {
 /// Colours of the categories, in `Category::ALL` order: parameters and optimizer state in
 /// cool blues (they sit at the bottom and rarely change), gradients green, inputs and
 /// activations warm, the short-lived ones light, unknown grey, memory outside PyTorch's allocator
-/// teal.
+/// teal, memory from before the recording not split into parameters and optimizer state slate.
 pub const CATEGORY_COLOURS: [u32; snapshot::categories::N] =
-    [0x3b6ea5, 0x6a51a3, 0x2e9a5b, 0xb07d2b, 0xe0663a, 0xd99ac0, 0xf2c14e, 0xa4aab1, 0x17847f];
+    [0x3b6ea5, 0x6a51a3, 0x2e9a5b, 0xb07d2b, 0xe0663a, 0xd99ac0, 0xf2c14e, 0xa4aab1, 0x17847f, 0x7d88a8];
 
 /// Elements as thin as `1 / SUBPIXEL` of a pixel row are still drawn on their own.
 pub const SUBPIXEL: u64 = 4;

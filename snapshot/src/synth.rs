@@ -62,6 +62,16 @@ pub struct Options {
     /// `zero_grad` after the forward pass (as in a script that calls it just before
     /// `backward`), so last step's gradients are alive during the forward pass.
     pub zero_grad_after_forward: bool,
+    /// Training steps run before the recording starts (PyTorch's advice, torchtitan's
+    /// default): the parameters and the optimizer state are then only blocks of the final
+    /// snapshot, without frames, as PyTorch keeps what it allocated while not recording.
+    pub warmup_steps: usize,
+    /// `torch.optim`'s `record_function` annotations around the optimizer step and
+    /// `zero_grad` (`Optimizer.step#AdamW.step`).
+    pub annotations: bool,
+    /// The recording ends after the first recorded forward pass (the snapshot is taken
+    /// there, as on an error in forward).
+    pub end_in_forward: bool,
 }
 
 /// The optimizer of the simulated loop.
@@ -70,12 +80,51 @@ pub enum OptimizerKind {
     /// Two fp32 moments per parameter.
     #[default]
     AdamW,
+    /// Two fp32 moments per parameter (as AdamW, another name in its annotations).
+    Adam,
     /// One fp32 momentum buffer per parameter.
     SgdMomentum,
+    /// SGD without momentum: no state.
+    Sgd,
     /// Two 1-byte moments per parameter and an fp32 scale per 2048 values of each.
     Adam8bit,
     /// A row and a column vector per matrix, the full second moment of a vector; no momentum.
     Adafactor,
+}
+
+impl OptimizerKind {
+    /// Every kind, by its key ([`OptimizerKind::key`]).
+    pub const ALL: [OptimizerKind; 6] = [
+        OptimizerKind::AdamW,
+        OptimizerKind::Adam,
+        OptimizerKind::SgdMomentum,
+        OptimizerKind::Sgd,
+        OptimizerKind::Adam8bit,
+        OptimizerKind::Adafactor,
+    ];
+
+    /// Its name on the command line: `adamw`, `sgd-momentum`.
+    pub fn key(self) -> &'static str {
+        match self {
+            OptimizerKind::AdamW => "adamw",
+            OptimizerKind::Adam => "adam",
+            OptimizerKind::SgdMomentum => "sgd-momentum",
+            OptimizerKind::Sgd => "sgd",
+            OptimizerKind::Adam8bit => "adam8bit",
+            OptimizerKind::Adafactor => "adafactor",
+        }
+    }
+
+    /// Its class name, as `torch.optim`'s annotations write it (bitsandbytes' for 8-bit Adam).
+    pub fn class_name(self) -> &'static str {
+        match self {
+            OptimizerKind::AdamW => "AdamW",
+            OptimizerKind::Adam => "Adam",
+            OptimizerKind::SgdMomentum | OptimizerKind::Sgd => "SGD",
+            OptimizerKind::Adam8bit => "Adam8bit",
+            OptimizerKind::Adafactor => "Adafactor",
+        }
+    }
 }
 
 /// The simulated allocator's own figures just before an out-of-memory error.
@@ -138,6 +187,9 @@ impl Default for Options {
             bf16_activations: false,
             optimizer: OptimizerKind::AdamW,
             zero_grad_after_forward: false,
+            warmup_steps: 0,
+            annotations: true,
+            end_in_forward: false,
         }
     }
 }
@@ -206,6 +258,9 @@ struct Allocator {
     pending: Vec<u64>,
     trace: Trace,
     recording: bool,
+    /// Blocks allocated while not recording keep their frames (runs recorded from their first
+    /// step, as the generator always made them); PyTorch keeps none, as warm-up runs show.
+    frames_unrecorded: bool,
     time_us: i64,
     /// The stack frees are recorded with (where the program is).
     context: Option<StackId>,
@@ -233,6 +288,7 @@ impl Allocator {
             pending: Vec::new(),
             trace: Trace::default(),
             recording: false,
+            frames_unrecorded: true,
             time_us: t0,
             context: None,
             live: BTreeMap::new(),
@@ -358,8 +414,8 @@ impl Allocator {
         let remaining = bsize - size;
         let split = if small { remaining >= MIN_BLOCK } else { remaining > SMALL_SIZE };
         let used = if split { size } else { bsize };
-        seg.blocks
-            .insert(addr, SimBlock { size: used, requested, allocated: true, pending: false, stack: Some(stack) });
+        let kept = Some(stack).filter(|_| self.recording || self.frames_unrecorded);
+        seg.blocks.insert(addr, SimBlock { size: used, requested, allocated: true, pending: false, stack: kept });
         if split {
             seg.blocks.insert(
                 addr + size,
@@ -652,8 +708,8 @@ pub fn generate_with_truth(opts: &Options) -> (Snapshot, Truth) {
     let names = Names {
         start: snap.strings.intern("START"),
         end: snap.strings.intern("END"),
-        zero_grad: snap.strings.intern("Optimizer.zero_grad#AdamW.zero_grad"),
-        step: snap.strings.intern("Optimizer.step#AdamW.step"),
+        zero_grad: snap.strings.intern(&format!("Optimizer.zero_grad#{0}.zero_grad", opts.optimizer.class_name())),
+        step: snap.strings.intern(&format!("Optimizer.step#{0}.step", opts.optimizer.class_name())),
     };
     let t0 = 1_754_641_328_380_304_i64 + (opts.seed % 1000) as i64 * 1_000_000;
     let devices = opts.devices.max(1);
@@ -720,7 +776,9 @@ fn run_training(
         a.planted += a.trace.len() - before;
         p
     };
-    // Parameters exist before recording starts, as in most real captures.
+    // Parameters exist before recording starts, as in most real captures; after a warm-up
+    // step, the optimizer's state too, both without frames.
+    a.frames_unrecorded = opts.warmup_steps == 0;
     let mut params = Vec::new();
     let mut shapes = Vec::new();
     for l in 0..layers {
@@ -735,28 +793,38 @@ fn run_training(
     let state_of = |(rows, cols): (u64, u64)| -> Vec<u64> {
         let n = rows * cols;
         match opts.optimizer {
-            OptimizerKind::AdamW => vec![n * 4, n * 4],
+            OptimizerKind::AdamW | OptimizerKind::Adam => vec![n * 4, n * 4],
             OptimizerKind::SgdMomentum => vec![n * 4],
+            OptimizerKind::Sgd => Vec::new(),
             OptimizerKind::Adam8bit => vec![n, n, n.div_ceil(2048) * 4, n.div_ceil(2048) * 4],
             OptimizerKind::Adafactor if rows > 1 && cols > 1 => vec![rows * 4, cols * 4],
             OptimizerKind::Adafactor => vec![n * 4],
         }
     };
-    a.recording = true;
+    // `record_function` annotations, as PyTorch keeps them: only while recording.
+    let mark = |a: &Allocator, annotations: &mut Vec<Annotation>, start: bool, name: StrId| {
+        if a.recording && opts.annotations {
+            annotate(annotations, names, start, name, a.device, a.time_us);
+        }
+    };
+    a.recording = opts.warmup_steps == 0;
     let mut optim_state: Vec<u64> = Vec::new();
     let mut grads: Vec<u64> = Vec::new();
     let mut iteration = 0u64;
     let mut complete = 0;
     let zero_grad = |a: &mut Allocator, grads: &mut Vec<u64>, rng: &mut Rng, annotations: &mut Vec<Annotation>| {
-        annotate(annotations, names, true, names.zero_grad, a.device, a.time_us);
+        mark(a, annotations, true, names.zero_grad);
         a.context = Some(sites.in_zero_grad);
         for g in grads.drain(..) {
             a.free(g, false, rng);
         }
-        annotate(annotations, names, false, names.zero_grad, a.device, a.time_us);
+        mark(a, annotations, false, names.zero_grad);
     };
     while a.entries() < target {
         iteration += 1;
+        if iteration as usize > opts.warmup_steps {
+            a.recording = true;
+        }
         if !opts.zero_grad_after_forward {
             zero_grad(a, &mut grads, rng, annotations);
         }
@@ -816,6 +884,9 @@ fn run_training(
             }
         }
         let loss = a.malloc(4, sites.loss, Category::Activation, rng);
+        if opts.end_in_forward && a.recording {
+            break;
+        }
         if opts.leak_bytes > 0 {
             // `history.append(logits)`: kept by the program, never freed.
             planted(a, &mut |a, r| a.malloc(opts.leak_bytes, sites.leak, Category::Activation, r));
@@ -863,7 +934,7 @@ fn run_training(
         }
         a.process_pending(rng);
         // Optimizer step: AdamW state at the first step, temporaries every step.
-        annotate(annotations, names, true, names.step, a.device, a.time_us);
+        mark(a, annotations, true, names.step);
         a.context = Some(sites.in_step);
         if optim_state.is_empty() {
             for &shape in &shapes {
@@ -880,8 +951,8 @@ fn run_training(
                 a.free(t, false, rng);
             }
         }
-        annotate(annotations, names, false, names.step, a.device, a.time_us);
-        complete += 1;
+        mark(a, annotations, false, names.step);
+        complete += usize::from(a.recording);
         a.context = Some(sites.in_loop);
         if let Some(x) = extra {
             planted(a, &mut |a, r| {

@@ -30,7 +30,8 @@ pub fn categories(
             continue;
         }
         let mut acc = 0.0;
-        for (k, &b) in bytes.iter().enumerate() {
+        for k in snapshot::categories::Category::STACKED.map(|c| c.index()) {
+            let b = bytes[k];
             if hidden[k] || b == 0 {
                 continue;
             }

@@ -7,10 +7,14 @@
 //! 1. entries: the phase of every trace entry;
 //! 2. elements: every element's class, the category changing at each step, the bytes alive
 //!    before the trace and at its start, the bytes decided by each rule;
-//! 3. steps: phase runs, per-category checkpoints, maxima, the peak's breakdown, the budget;
-//! 4. runs: iteration boundaries, from the phase runs (not the steps);
-//! 5. iterations: each one's peak;
-//! 6. elements again: leak suspects (the iteration ends each element is alive at, per call
+//! 3. steps: phase runs, per-category checkpoints, maxima, the peak's breakdown;
+//! 4. elements again: the evidence about memory alive before the recording (the gradients at
+//!    their highest, the blocks alive throughout by size), split into parameters and optimizer
+//!    state (`persistent.rs`); the split moves constant bytes, so the sweep's figures are
+//!    shifted, not swept again; then the budget;
+//! 5. runs: iteration boundaries, from the phase runs (not the steps);
+//! 6. iterations: each one's peak;
+//! 7. elements again: leak suspects (the iteration ends each element is alive at, per call
 //!    site; only a site with an element joining at every end can grow at every end, so the
 //!    bytes per end are worked out for at most `elements / ends` sites: O(elements) in all).
 
@@ -18,6 +22,7 @@ use regex_lite::Regex;
 use rustc_hash::FxHashMap;
 
 use super::evidence::{frame_phase, phase_of, stack_phase, Windows};
+use super::persistent::{self, annotation_optimizer, frame_optimizer, size_key, Evidence, Named};
 use super::{
     Budget, Categories, Category, Class, Compiled, Iteration, IterationSource, Leak, Phase, Target, Why, CHECKPOINT, N,
 };
@@ -37,6 +42,8 @@ pub enum Stage {
     Elements,
     /// The sweep over the steps.
     Steps,
+    /// The evidence about memory alive before the recording, and its split.
+    Persistent,
     /// Iteration boundaries over the phase runs.
     Runs,
     /// The peak of every iteration.
@@ -75,6 +82,10 @@ pub struct Analysis {
     requested: FxHashMap<u64, Phase>,
     death: FxHashMap<u32, Phase>,
     first_forward: u32,
+    /// The optimizer named by an annotation or by a frame in its step.
+    named: Option<Named>,
+    /// Stacks of optimizer entries already looked at for its name.
+    named_stacks: rustc_hash::FxHashSet<StackId>,
     // Elements.
     at_start: [u64; N],
     before_trace: [u64; N],
@@ -83,8 +94,12 @@ pub struct Analysis {
     bytes: [u64; N],
     grad_and_temp: u64,
     grad_only: u64,
+    /// The first step with `grad_only` gradient bytes.
+    grad_step: u32,
     acts: u64,
     saw_optimizer: bool,
+    // Persistent.
+    evidence: Evidence,
     // Runs.
     closer: Phase,
     starts: Vec<u32>,
@@ -156,14 +171,18 @@ impl Analysis {
             requested: FxHashMap::default(),
             death: FxHashMap::default(),
             first_forward: u32::MAX,
+            named: optimizer_annotation(snap, tl.device()),
+            named_stacks: Default::default(),
             at_start: [0; N],
             before_trace: [0; N],
             by_rule: FxHashMap::default(),
             bytes: [0; N],
             grad_and_temp: 0,
             grad_only: 0,
+            grad_step: 0,
             acts: 0,
             saw_optimizer: false,
+            evidence: Evidence::default(),
             closer: Phase::Other,
             starts: vec![0],
             closed: Vec::new(),
@@ -185,6 +204,8 @@ impl Analysis {
                 leaks: Vec::new(),
                 budget: Budget::default(),
                 by_rule: Vec::new(),
+                inference: None,
+                before_recording: Vec::new(),
             },
         }
     }
@@ -210,6 +231,7 @@ impl Analysis {
                 Stage::Entries => self.entries(snap, tl, left),
                 Stage::Elements => self.elements(snap, tl, left),
                 Stage::Steps => self.steps(tl, left),
+                Stage::Persistent => self.persistent(tl, left),
                 Stage::Runs => self.runs(tl, left),
                 Stage::Iterations => self.iterations(tl, left),
                 Stage::Leaks => self.leaks(snap, tl, left),
@@ -302,6 +324,11 @@ impl Analysis {
                 }
                 _ => {}
             }
+            if p == Phase::Optimizer && self.named.is_none() {
+                if let Some(s) = trace.frames(i).filter(|&s| self.named_stacks.insert(s)) {
+                    self.named = stack_optimizer(snap, s);
+                }
+            }
             if p == Phase::Forward && self.first_forward == u32::MAX {
                 self.first_forward = i as u32;
             }
@@ -311,6 +338,7 @@ impl Analysis {
         self.at += used;
         if last {
             self.requested = FxHashMap::default();
+            self.named_stacks = Default::default();
             self.out.step_cat = vec![u8::MAX; tl.n_steps() as usize];
             self.next_stage(Stage::Elements);
         }
@@ -452,7 +480,9 @@ impl Analysis {
                 self.out.at_peak = b;
             }
             let g = b[Category::Gradient.index()];
-            self.grad_only = self.grad_only.max(g);
+            if g > self.grad_only {
+                (self.grad_only, self.grad_step) = (g, s);
+            }
             if p == Phase::Optimizer {
                 self.saw_optimizer = true;
                 self.grad_and_temp = self.grad_and_temp.max(g + b[Category::Temporary.index()]);
@@ -463,10 +493,88 @@ impl Analysis {
         self.at += used;
         if last {
             self.phases = Vec::new();
+            self.next_stage(Stage::Persistent);
+        }
+        used
+    }
+
+    /// Pass 3b: the evidence about the blocks alive from before the recording to its end with
+    /// nothing of their own to go on; at its end their split, then the budget.
+    fn persistent(&mut self, tl: &Timeline, units: usize) -> usize {
+        let els = tl.elements();
+        let (range, last) = self.range(els.len(), units);
+        let used = range.len();
+        let (n, g) = (tl.n_steps(), self.grad_step);
+        let ev = &mut self.evidence;
+        for id in range {
+            let (e, cl) = (&els[id], self.out.classes[id]);
+            let key = size_key(e.size);
+            let at_end = e.end >= n;
+            match cl.category {
+                Category::Parameter
+                    if cl.why == Why::AliveThroughout && e.origin == Origin::Snapshot && e.start == 0 && at_end =>
+                {
+                    ev.persistent.push((id as u32, key, e.addr, e.size));
+                }
+                Category::Parameter if at_end => *ev.parameters.entry(key).or_default() += 1,
+                Category::OptimizerState if at_end => *ev.state.entry(key).or_default() += 1,
+                Category::Gradient if e.start <= g && g < e.end => {
+                    *ev.gradients.entry(key).or_default() += 1;
+                }
+                _ => {}
+            }
+        }
+        self.at += used;
+        if last {
+            self.split_persistent();
             self.end_sweep(tl);
             self.next_stage(Stage::Runs);
         }
         used
+    }
+
+    /// Decides the blocks alive throughout ([`persistent::split`]). They were counted as
+    /// parameters from step 0 to the end, so what moves to another category moves by the same
+    /// bytes at every step: the checkpoints, the peak's breakdown, the highest values and the
+    /// rules' bytes are shifted.
+    fn split_persistent(&mut self) {
+        let mut ev = std::mem::take(&mut self.evidence);
+        if ev.persistent.is_empty() {
+            return;
+        }
+        ev.gradient_bytes = self.grad_only;
+        let (classes, inference) = persistent::split(&ev, self.named.as_ref());
+        let addr: FxHashMap<u32, u64> = ev.persistent.iter().map(|p| (p.0, p.2)).collect();
+        let mut blocks: Vec<(u64, Class)> = classes.iter().map(|&(id, c, _)| (addr[&id], c)).collect();
+        blocks.sort_unstable_by_key(|b| b.0);
+        self.out.before_recording = blocks;
+        let mut moved = [0u64; N];
+        for (id, class, size) in classes {
+            if let Some(slot) = self.out.classes.get_mut(id as usize) {
+                *slot = class;
+            }
+            if let Some(b) = self.by_rule.get_mut(&(Why::AliveThroughout, Category::Parameter)) {
+                *b = b.saturating_sub(size);
+            }
+            *self.by_rule.entry((class.why, class.category)).or_default() += size;
+            moved[class.category.index()] += size;
+        }
+        moved[Category::Parameter.index()] = 0;
+        let out_of_params: u64 = moved.iter().sum();
+        let shift = |b: &mut [u64; N]| {
+            b[Category::Parameter.index()] = b[Category::Parameter.index()].saturating_sub(out_of_params);
+            for (x, m) in b.iter_mut().zip(&moved) {
+                *x += m;
+            }
+        };
+        for c in &mut self.out.checkpoints {
+            shift(c);
+        }
+        shift(&mut self.out.at_peak);
+        shift(&mut self.out.max);
+        shift(&mut self.before_trace);
+        self.by_rule.retain(|_, b| *b > 0);
+        self.out.inference = Some(inference);
     }
 
     fn end_sweep(&mut self, tl: &Timeline) {
@@ -481,13 +589,15 @@ impl Analysis {
         }
         let parameters = out.max[Category::Parameter.index()];
         let optimizer_state = out.max[Category::OptimizerState.index()];
+        let persistent = out.max[Category::Persistent.index()];
         let gradients_and_intermediates = if self.saw_optimizer { self.grad_and_temp } else { self.grad_only };
         out.budget = Budget {
             parameters,
             optimizer_state,
+            persistent,
             gradients_and_intermediates,
             activations: self.acts,
-            total: parameters + optimizer_state + gradients_and_intermediates.max(self.acts),
+            total: parameters + optimizer_state + persistent + gradients_and_intermediates.max(self.acts),
             peak: tl.peak_bytes(),
         };
         let mut by_rule: Vec<(Why, Category, u64)> =
@@ -608,6 +718,28 @@ impl Analysis {
         }
         used
     }
+}
+
+/// The optimizer a `torch.optim` annotation of the device names (`Optimizer.step#AdamW.step`).
+fn optimizer_annotation(snap: &Snapshot, device: usize) -> Option<Named> {
+    let mut seen = rustc_hash::FxHashSet::default();
+    snap.external_annotations
+        .iter()
+        .flatten()
+        .filter(|a| (a.device < 0 || a.device == device as i64) && seen.insert(a.name))
+        .find_map(|a| {
+            let text = snap.str(a.name);
+            annotation_optimizer(text)
+                .map(|name| Named { name: name.to_string(), by: format!("named by the annotation {text}") })
+        })
+}
+
+/// The optimizer a frame of an optimizer step's stack names (`torch/optim/adamw.py`).
+fn stack_optimizer(snap: &Snapshot, s: StackId) -> Option<Named> {
+    snap.stack(s).find_map(|f| {
+        frame_optimizer(snap, f)
+            .map(|name| Named { name, by: format!("named by a frame of its step, {}", frame_line(snap, f)) })
+    })
 }
 
 /// An element alive at the iteration ends `first..last` (indices into the ends).

@@ -15,12 +15,14 @@ use crate::timeline::Timeline;
 
 mod analysis;
 mod evidence;
+mod persistent;
 
 pub use analysis::{Analysis, Stage};
 pub use evidence::{annotation_phase, spans, stack_phase, Span};
+pub use persistent::Inference;
 
 /// Number of categories.
-pub const N: usize = 9;
+pub const N: usize = 10;
 
 /// What an allocation is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -45,13 +47,32 @@ pub enum Category {
     /// Allocated from the driver outside PyTorch's caching allocator (NCCL, cuBLAS
     /// workspaces, CuPy): only in snapshots merged with a driver capture.
     OutsideAllocator,
+    /// Alive from before the recording to its end with too little evidence to tell
+    /// parameters from optimizer state (see `persistent.rs`).
+    Persistent,
 }
 
 impl Category {
-    /// All categories, in stacking order (bottom first).
+    /// All categories, in the order of their indices (profiles store their bytes in this
+    /// order, so a new one comes last).
     pub const ALL: [Category; N] = [
         Category::Parameter,
         Category::OptimizerState,
+        Category::Gradient,
+        Category::Input,
+        Category::Activation,
+        Category::AutogradDetail,
+        Category::Temporary,
+        Category::Unknown,
+        Category::OutsideAllocator,
+        Category::Persistent,
+    ];
+
+    /// All categories in stacking order, bottom first: what lasts below what comes and goes.
+    pub const STACKED: [Category; N] = [
+        Category::Parameter,
+        Category::OptimizerState,
+        Category::Persistent,
         Category::Gradient,
         Category::Input,
         Category::Activation,
@@ -78,6 +99,7 @@ impl Category {
             "temporary",
             "unknown",
             "outside_allocator",
+            "persistent",
         ][self.index()]
     }
 
@@ -93,6 +115,7 @@ impl Category {
             "temporary",
             "unknown",
             "outside PyTorch's allocator",
+            "persistent before recording",
         ][self.index()]
     }
 
@@ -235,6 +258,17 @@ pub enum Why {
     OutsideAllocator,
     /// Nothing to go on.
     NoEvidence,
+    /// Alive before the recording and throughout, no stack: one block per gradient of its
+    /// size, the optimizer keeping the others ([`Inference`]).
+    InferredParameter,
+    /// Alive before the recording and throughout, no stack: a block of a gradient's size past
+    /// the one per gradient that is the parameter.
+    InferredOptimizerState,
+    /// Alive before the recording and throughout, no stack, of a size no gradient has, once
+    /// the optimizer's state is accounted for: a buffer or frozen parameter.
+    InferredBuffer,
+    /// Alive before the recording and throughout, no stack, and too little evidence to split.
+    Unsplit,
 }
 
 impl Why {
@@ -274,6 +308,18 @@ impl Why {
             Why::OutsideTemp => "made and freed outside forward, backward and the optimizer: temporary",
             Why::NoEvidence => "no stack, annotation or lifetime evidence",
             Why::OutsideAllocator => "allocated from the driver outside PyTorch's allocator (memscape capture --torch, memscape merge)",
+            Why::InferredParameter => {
+                "inferred: alive before recording with no stack; one block per gradient of its size is the parameter, the optimizer keeping the others (its step's name says how many)"
+            }
+            Why::InferredOptimizerState => {
+                "inferred: alive before recording with no stack; a block of a gradient's size past the parameter's own: optimizer state (its step's name says how many per parameter)"
+            }
+            Why::InferredBuffer => {
+                "inferred: alive before recording with no stack, of a size no gradient has, the optimizer's state being accounted for: a buffer or frozen parameter"
+            }
+            Why::Unsplit => {
+                "alive before recording and throughout, no stack, and too little evidence (optimizer, gradients, sizes) to tell parameters from optimizer state"
+            }
         };
         s.to_string()
     }
@@ -320,13 +366,17 @@ pub struct Leak {
 }
 
 /// `parameters + optimizer state + max(gradients + optimizer intermediates, activations)`,
-/// each term measured (its highest value in the trace).
+/// each term measured (its highest value in the trace); memory alive before the recording
+/// that could not be split into parameters and optimizer state is a term of its own.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Budget {
     /// Parameters at their highest.
     pub parameters: u64,
     /// Optimizer state at its highest.
     pub optimizer_state: u64,
+    /// Memory alive before the recording that could not be split into the two above.
+    #[serde(default)]
+    pub persistent: u64,
     /// Gradients plus temporaries, at their highest during an optimizer step (gradients
     /// alone when there is none).
     pub gradients_and_intermediates: u64,
@@ -401,6 +451,10 @@ pub struct Categories {
     /// Bytes of each category of elements decided by each rule (for the documentation and
     /// the statistics).
     pub by_rule: Vec<(Why, Category, u64)>,
+    /// What was inferred of the memory alive before the recording, when there was some.
+    pub inference: Option<Inference>,
+    /// The blocks it decided, by address (sorted).
+    before_recording: Vec<(u64, Class)>,
 }
 
 /// Per-category checkpoints are kept every this many steps ([`Categories::bytes_at`] replays
@@ -422,6 +476,13 @@ impl Categories {
     /// The decisions, by element id.
     pub fn classes(&self) -> &[Class] {
         &self.classes
+    }
+
+    /// The decision for the block at `addr` when it is memory alive from before the recording
+    /// to its end with nothing of its own to go on (inferred, or left persistent). O(log n).
+    pub fn before_recording(&self, addr: u64) -> Option<Class> {
+        let k = self.before_recording.binary_search_by_key(&addr, |b| b.0).ok()?;
+        Some(self.before_recording[k].1)
     }
 
     /// The phase of a step.
@@ -518,6 +579,10 @@ pub struct Report {
     pub leaks: Vec<Leak>,
     /// What each rule decided.
     pub rules: Vec<RuleUse>,
+    /// What was inferred of the memory alive before the recording (with no stack, to the
+    /// end), when there was some.
+    #[serde(default)]
+    pub inference: Option<Inference>,
 }
 
 impl Categories {
@@ -540,6 +605,7 @@ impl Categories {
                 .iter()
                 .map(|&(why, category, bytes)| RuleUse { rule: why.describe(rules), category, bytes })
                 .collect(),
+            inference: self.inference.clone(),
         }
     }
 }

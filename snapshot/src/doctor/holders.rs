@@ -4,8 +4,9 @@
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
-use crate::categories::{Categories, Category, CategoryBytes, N};
+use crate::categories::{Categories, Category, CategoryBytes, Why, N};
 use crate::model::{Snapshot, StackId};
+use crate::state::BlockView;
 use crate::timeline::Timeline;
 
 /// How many call sites a report lists.
@@ -41,6 +42,38 @@ pub fn top_sites(snap: &Snapshot, live: impl Iterator<Item = (Option<StackId>, u
     v.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.site.cmp(&b.site)));
     v.truncate(TOP_SITES);
     v
+}
+
+/// The `TOP_SITES` largest holders of live `blocks`: call sites, and for blocks without a line
+/// of their own that were alive from before the recording, what the categories made of them
+/// (`(no frames) optimizer state, inferred`).
+pub fn live<'a>(snap: &Snapshot, cats: &Categories, blocks: impl Iterator<Item = &'a BlockView>) -> Vec<Holder> {
+    let mut before: FxHashMap<&'static str, (u64, u32)> = FxHashMap::default();
+    let no_site = |s: Option<StackId>| s.is_none_or(|s| crate::sites::call_site(snap, s).is_none());
+    let rest = blocks.filter_map(|b| match cats.before_recording(b.address) {
+        Some(class) if no_site(b.stack) => {
+            let e = before.entry(before_recording_name(class.why)).or_default();
+            e.0 = e.0.saturating_add(b.requested_size);
+            e.1 += 1;
+            None
+        }
+        _ => Some((b.stack, b.requested_size)),
+    });
+    let mut v = top_sites(snap, rest);
+    v.extend(before.into_iter().map(|(site, (bytes, count))| Holder { site: site.into(), bytes, count }));
+    v.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.site.cmp(&b.site)));
+    v.truncate(TOP_SITES);
+    v
+}
+
+/// A holder's name for blocks alive from before the recording with no line of their own.
+fn before_recording_name(why: Why) -> &'static str {
+    match why {
+        Why::InferredParameter => "(no frames) parameters, inferred",
+        Why::InferredOptimizerState => "(no frames) optimizer state, inferred",
+        Why::InferredBuffer => "(no frames) buffers or frozen parameters, inferred",
+        _ => "(no frames) persistent before recording: parameters or optimizer state",
+    }
 }
 
 /// Bytes per category once trace entry `entry` and everything before it happened (`None`:

@@ -185,7 +185,7 @@ pub fn diagnose(snap: &Snapshot, tl: &Timeline, cats: &Categories, index: &State
         .collect();
     let (at_peak, at_end_state) = (at_peak.unwrap_or_default(), at_end_state.unwrap_or_default());
     let peak = peak(snap, tl, cats, &ooms, peak_entry, &at_peak);
-    let at_end = ooms.is_empty().then(|| at_end(snap, &settings, &at_end_state));
+    let at_end = ooms.is_empty().then(|| at_end(snap, cats, &settings, &at_end_state));
     Report { device: device as u32, ooms, peak, at_end, what_if, settings }
 }
 
@@ -283,7 +283,7 @@ fn oom(
         phase,
         what_if,
     });
-    let holders = live_holders(snap, state);
+    let holders = live_holders(snap, cats, state);
     Oom {
         device: device as u32,
         entry: entry as u32,
@@ -311,9 +311,9 @@ fn oom(
     }
 }
 
-fn live_holders(snap: &Snapshot, state: &AllocatorState) -> Vec<Holder> {
+fn live_holders(snap: &Snapshot, cats: &Categories, state: &AllocatorState) -> Vec<Holder> {
     let blocks = state.segments.iter().flat_map(|s| &s.blocks).chain(&state.orphan_blocks);
-    holders::top_sites(snap, blocks.map(|b| (b.stack, b.requested_size)))
+    holders::live(snap, cats, blocks)
 }
 
 fn peak(
@@ -344,11 +344,11 @@ fn peak(
         headroom_bytes: capacity
             .map(|c| (i128::from(c) - i128::from(peak_bytes)).clamp(i64::MIN.into(), i64::MAX.into()) as i64),
         categories: holders::category_list(&cats.at_peak),
-        holders: live_holders(snap, state),
+        holders: live_holders(snap, cats, state),
     }
 }
 
-fn at_end(snap: &Snapshot, settings: &Settings, state: &AllocatorState) -> AtEnd {
+fn at_end(snap: &Snapshot, cats: &Categories, settings: &Settings, state: &AllocatorState) -> AtEnd {
     let layout = figures::layout(state, settings);
     let f = layout.figures(state);
     let s = |b: u64| format_size(i128::from(b));
@@ -396,6 +396,6 @@ fn at_end(snap: &Snapshot, settings: &Settings, state: &AllocatorState) -> AtEnd
         verdict,
         why,
         assumption: "the trace has no oom event: the final state is read as a snapshot dumped when an allocation failed (under 1% of reserved free in the cache: exhausted; over 10% free with no block half that size: fragmentation)".into(),
-        holders: live_holders(snap, state),
+        holders: live_holders(snap, cats, state),
     }
 }

@@ -235,8 +235,12 @@ fn the_analysis_in_slices_finds_what_it_finds_in_one_go() {
     // The viewer's worker runs it a slice at a time between requests; any slice size must
     // give the same answer, whatever pass a slice ends in.
     let (leaky, _) = generate_with_truth(&Options { leak_bytes: 1 << 20, ..planted() });
-    let mut inputs: Vec<(String, Snapshot)> =
-        vec![("planted leak".into(), roundtrip(&leaky)), ("backward passes".into(), without_optimizer(&leaky))];
+    let (warm, _) = generate_with_truth(&Options { warmup_steps: 1, ..planted() });
+    let mut inputs: Vec<(String, Snapshot)> = vec![
+        ("planted leak".into(), roundtrip(&leaky)),
+        ("backward passes".into(), without_optimizer(&leaky)),
+        ("recorded after a warm-up step".into(), roundtrip(&warm)),
+    ];
     for name in ["pt25-cs336-fullstep-annotations.pickle", "pt210-cs336-training-usermeta.pickle"] {
         inputs.push((name.into(), corpus_categories(name).0));
     }

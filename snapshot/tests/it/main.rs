@@ -7,6 +7,7 @@ mod corpus;
 mod doctor;
 mod flame;
 mod modern;
+mod persistent;
 mod pools;
 mod python;
 mod ranks;
