@@ -13,9 +13,52 @@ use snapshot::ranks::{self, ProfileFile, RankInput, Ranks};
 use snapshot::stats::format_size as fs;
 use snapshot::timeline::{Timeline, TimelineKind};
 
+use crate::input::read_rules;
+
+/// `memscape profile`'s arguments.
+#[derive(clap::Args)]
+pub(crate) struct ProfileArgs {
+    /// A snapshot in any form `stats` reads.
+    file: PathBuf,
+    /// The profile file to write (`FILE.profile`, by convention).
+    #[arg(short, long)]
+    output: PathBuf,
+    /// Device (default: the one with the most events).
+    #[arg(long)]
+    device: Option<usize>,
+    /// Category rules, as for `stats`.
+    #[arg(long)]
+    rules: Option<PathBuf>,
+}
+
+/// `memscape ranks`'s arguments.
+#[derive(clap::Args)]
+pub(crate) struct RanksArgs {
+    /// Snapshots, profiles or folders of them.
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Category rules, as for `stats` (for snapshots; a profile has its categories).
+    #[arg(long)]
+    rules: Option<PathBuf>,
+}
+
+/// `memscape profile FILE -o OUT`.
+pub(crate) fn profile(args: ProfileArgs) -> anyhow::Result<()> {
+    let ProfileArgs { file, output, device, rules } = args;
+    profile_command(&file, &output, device, &read_rules(rules.as_deref())?)
+}
+
+/// `memscape ranks FILE...`.
+pub(crate) fn ranks(args: RanksArgs) -> anyhow::Result<()> {
+    ranks_command(&args.files, args.json, &read_rules(args.rules.as_deref())?)
+}
+
 /// The profile of one device of a snapshot file (by default `Snapshot::default_device`: the first that ran out of memory, else the one with the most events).
 pub(crate) fn snapshot_profile(path: &Path, device: Option<usize>, rules: &Compiled) -> anyhow::Result<Profile> {
-    let loaded = crate::load(path)?;
+    let loaded = crate::input::load(path)?;
     for w in &loaded.warnings {
         eprintln!("memscape: {}: warning: {w}", path.display());
     }
@@ -27,12 +70,7 @@ pub(crate) fn snapshot_profile(path: &Path, device: Option<usize>, rules: &Compi
 }
 
 /// `memscape profile FILE -o OUT`.
-pub(crate) fn profile_command(
-    file: &Path,
-    output: &Path,
-    device: Option<usize>,
-    rules: &Compiled,
-) -> anyhow::Result<()> {
+fn profile_command(file: &Path, output: &Path, device: Option<usize>, rules: &Compiled) -> anyhow::Result<()> {
     if read_profile(file)?.is_some() {
         bail!("{}: already a memscape profile", file.display());
     }
@@ -54,7 +92,7 @@ pub(crate) fn profile_command(
 }
 
 /// `memscape ranks FILES...`.
-pub(crate) fn ranks_command(paths: &[PathBuf], json: bool, rules: &Compiled) -> anyhow::Result<()> {
+fn ranks_command(paths: &[PathBuf], json: bool, rules: &Compiled) -> anyhow::Result<()> {
     let files = expand(paths)?;
     let read: Vec<anyhow::Result<RankInput>> = files.par_iter().map(|f| read_rank(f, rules)).collect();
     let inputs = read.into_iter().collect::<anyhow::Result<Vec<RankInput>>>()?;
