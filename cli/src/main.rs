@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod check;
 mod diff;
 mod doctor;
 mod html;
@@ -46,6 +47,10 @@ enum Command {
     /// Write one self-contained HTML file with the viewer and this snapshot: it opens from
     /// disk, offline, with no network at all (the replacement for `_memory_viz.py trace_plot`).
     Html(html::Args),
+    /// Memory budgets as a CI gate: the run's peak, its growth over a baseline run and its
+    /// categories at the peak against limits. Exit 0 when every budget holds, 1 when one
+    /// fails (naming the call sites that grew most against the baseline), 2 on bad input.
+    Check(check::Args),
     /// One snapshot from PyTorch's own and a `memscape capture` of the same process: PyTorch's
     /// segments with their Python frames, plus every driver allocation outside them (NCCL,
     /// cuBLAS workspaces, CuPy...) marked as outside PyTorch's allocator.
@@ -65,6 +70,7 @@ fn main() -> ExitCode {
         Command::Profile(a) => done(ranks::profile(a)),
         Command::Ranks(a) => done(ranks::ranks(a)),
         Command::Html(a) => done(html::run(a)),
+        Command::Check(a) => check::run(a),
         Command::Merge(a) => done(merge::run(a)),
         Command::Synth(a) => done(synth::run(a)),
         // The program's own exit code is memscape's.

@@ -6,11 +6,12 @@ pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
         Some((i, _)) => {
             let unit = s[i..].to_ascii_uppercase();
             let mult = match unit.trim_end_matches("IB").trim_end_matches('B') {
-                "" => 1,
+                "" => 1u64,
                 "K" => 1 << 10,
                 "M" => 1 << 20,
                 "G" => 1 << 30,
-                _ => return Err(format!("unknown unit in {s:?} (use K, M or G)")),
+                "T" => 1 << 40,
+                _ => return Err(format!("unknown unit in {s:?} (use K, M, G or T)")),
             };
             (&s[..i], mult)
         }

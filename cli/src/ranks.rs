@@ -159,6 +159,15 @@ fn read_profile(path: &Path) -> anyhow::Result<Option<ProfileFile>> {
     ProfileFile::from_bytes(&bytes).map(Some).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }
 
+/// The profile of a file that is a profile, or of a snapshot profiled now (`device` applies to
+/// snapshots; a profile has its device).
+pub(crate) fn any_profile(path: &Path, device: Option<usize>, rules: &Compiled) -> anyhow::Result<Profile> {
+    Ok(match read_profile(path)? {
+        Some(p) => p.profile,
+        None => snapshot_profile(path, device, rules)?,
+    })
+}
+
 /// One rank's file: a profile, or a snapshot profiled now.
 fn read_rank(path: &Path, rules: &Compiled) -> anyhow::Result<RankInput> {
     let file = path.display().to_string();

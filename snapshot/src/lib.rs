@@ -34,6 +34,7 @@ mod read;
 mod value;
 
 pub mod categories;
+pub mod check;
 /// Fields of the diff's plain structs are named for what they hold (`a`, `b`, `bytes`).
 #[allow(missing_docs)]
 pub mod diff;

@@ -7,6 +7,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
+mod check;
 mod ranks;
 
 fn memscape(args: &[&str]) -> std::process::Output {
