@@ -11,6 +11,7 @@ mod doctor;
 mod html;
 mod input;
 mod launch;
+mod mcp;
 mod merge;
 mod parse;
 mod ranks;
@@ -51,6 +52,10 @@ enum Command {
     /// categories at the peak against limits. Exit 0 when every budget holds, 1 when one
     /// fails (naming the call sites that grew most against the baseline), 2 on bad input.
     Check(check::Args),
+    /// A Model Context Protocol server on standard input and output, for coding agents: tools
+    /// to open snapshots (kept open), and stats, doctor, what-if, categories, largest
+    /// allocations, flame lines, search, allocator state, diff, ranks and check.
+    Mcp(mcp::Args),
     /// One snapshot from PyTorch's own and a `memscape capture` of the same process: PyTorch's
     /// segments with their Python frames, plus every driver allocation outside them (NCCL,
     /// cuBLAS workspaces, CuPy...) marked as outside PyTorch's allocator.
@@ -71,6 +76,7 @@ fn main() -> ExitCode {
         Command::Ranks(a) => done(ranks::ranks(a)),
         Command::Html(a) => done(html::run(a)),
         Command::Check(a) => check::run(a),
+        Command::Mcp(a) => done(mcp::run(a)),
         Command::Merge(a) => done(merge::run(a)),
         Command::Synth(a) => done(synth::run(a)),
         // The program's own exit code is memscape's.

@@ -93,10 +93,7 @@ fn profile_command(file: &Path, output: &Path, device: Option<usize>, rules: &Co
 
 /// `memscape ranks FILES...`.
 fn ranks_command(paths: &[PathBuf], json: bool, rules: &Compiled) -> anyhow::Result<()> {
-    let files = expand(paths)?;
-    let read: Vec<anyhow::Result<RankInput>> = files.par_iter().map(|f| read_rank(f, rules)).collect();
-    let inputs = read.into_iter().collect::<anyhow::Result<Vec<RankInput>>>()?;
-    let summary = ranks::summarize(&inputs);
+    let summary = overview(paths, rules)?;
     warn_repeated_ranks(&summary);
     let mut out = std::io::stdout().lock();
     if json {
@@ -106,6 +103,14 @@ fn ranks_command(paths: &[PathBuf], json: bool, rules: &Compiled) -> anyhow::Res
         print_ranks(&mut out, &summary)?;
     }
     Ok(())
+}
+
+/// The overview of the ranks in `paths` (files and folders of them), read in parallel.
+pub(crate) fn overview(paths: &[PathBuf], rules: &Compiled) -> anyhow::Result<Ranks> {
+    let files = expand(paths)?;
+    let read: Vec<anyhow::Result<RankInput>> = files.par_iter().map(|f| read_rank(f, rules)).collect();
+    let inputs = read.into_iter().collect::<anyhow::Result<Vec<RankInput>>>()?;
+    Ok(ranks::summarize(&inputs))
 }
 
 /// The files of the arguments, a folder standing for its snapshots and profiles.
@@ -147,7 +152,7 @@ fn expand(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
 }
 
 /// A profile file, read whole; `None` for any other file (which is not read past its start).
-fn read_profile(path: &Path) -> anyhow::Result<Option<ProfileFile>> {
+pub(crate) fn read_profile(path: &Path) -> anyhow::Result<Option<ProfileFile>> {
     let mut f = std::fs::File::open(path).with_context(|| format!("{}: cannot open", path.display()))?;
     let mut head = Vec::with_capacity(32);
     (&mut f).take(32).read_to_end(&mut head).with_context(|| format!("{}: cannot read", path.display()))?;
