@@ -15,6 +15,7 @@ mod mcp;
 mod merge;
 mod parse;
 mod ranks;
+mod skill;
 mod stats;
 mod synth;
 
@@ -56,6 +57,9 @@ enum Command {
     /// to open snapshots (kept open), and stats, doctor, what-if, categories, largest
     /// allocations, flame lines, search, allocator state, diff, ranks and check.
     Mcp(mcp::Args),
+    /// The agent skill (SKILL.md): how to record a snapshot, which command or MCP tool answers
+    /// which question, how to read the doctor. Printed, or installed into a skills folder.
+    Skill(skill::Args),
     /// One snapshot from PyTorch's own and a `memscape capture` of the same process: PyTorch's
     /// segments with their Python frames, plus every driver allocation outside them (NCCL,
     /// cuBLAS workspaces, CuPy...) marked as outside PyTorch's allocator.
@@ -77,6 +81,7 @@ fn main() -> ExitCode {
         Command::Html(a) => done(html::run(a)),
         Command::Check(a) => check::run(a),
         Command::Mcp(a) => done(mcp::run(a)),
+        Command::Skill(a) => done(skill::run(a)),
         Command::Merge(a) => done(merge::run(a)),
         Command::Synth(a) => done(synth::run(a)),
         // The program's own exit code is memscape's.

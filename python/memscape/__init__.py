@@ -12,7 +12,9 @@ only by :func:`record`.
   (``python -m memscape FILE`` does the same).
 - :func:`record` records PyTorch's allocator around a block of code and writes the snapshot
   when the block ends, or at an out-of-memory error before the exception propagates.
-- :func:`stats` returns the figures of ``memscape stats --json`` as a dict.
+- :func:`stats`, :func:`doctor`, :func:`diff` and :func:`check` return the JSON of
+  ``memscape stats``, ``doctor``, ``diff`` and ``check`` as dicts, for notebooks, scripts and
+  CI; :func:`skill` the agent skill (``SKILL.md``).
 
 A snapshot is a path, the bytes of a snapshot file, or the dict (or the legacy list of
 segments) that ``torch.cuda.memory._snapshot()`` returns. Bytes and dicts are handed to the
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 from importlib import metadata as _metadata
 
-from ._cli import MemscapeError, Snapshot, binary, stats
+from ._cli import MemscapeError, Snapshot, binary, check, diff, doctor, skill, stats
 from ._record import Recording, record
 from ._view import Viewer, open, page, show
 
@@ -38,9 +40,13 @@ __all__ = [
     "Recording",
     "Viewer",
     "binary",
+    "check",
+    "diff",
+    "doctor",
     "open",
     "page",
     "record",
     "show",
+    "skill",
     "stats",
 ]

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
 import shutil
 import subprocess
 import sysconfig
+import tempfile
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 #: What the functions of this package accept as a snapshot: a path to a snapshot file (a
 #: pickle, ``.pickle.gz``, ``.pickle.zst``, JSON, or a ``_memory_viz.py`` HTML page), its bytes,
@@ -88,8 +90,9 @@ def _source(snapshot: Snapshot) -> Source:
     )
 
 
-def run(args: Sequence[str], stdin: Optional[bytes] = None) -> bytes:
-    """Runs ``memscape ARGS`` and returns its standard output; its error as :class:`MemscapeError`."""
+def run(args: Sequence[str], stdin: Optional[bytes] = None, ok: Tuple[int, ...] = (0,)) -> bytes:
+    """Runs ``memscape ARGS`` and returns its standard output; its error (an exit status not in
+    ``ok``) as :class:`MemscapeError`."""
     exe = binary()
     try:
         done = subprocess.run(
@@ -101,7 +104,7 @@ def run(args: Sequence[str], stdin: Optional[bytes] = None) -> bytes:
         )
     except OSError as e:
         raise MemscapeError(f"cannot run {exe}: {e}") from None
-    if done.returncode != 0:
+    if done.returncode not in ok:
         message = done.stderr.decode(errors="replace").strip()
         message = message[len("memscape: "):] if message.startswith("memscape: ") else message
         raise MemscapeError(message or f"{exe} {' '.join(args)} failed with exit status {done.returncode}")
@@ -129,3 +132,83 @@ def stats(snapshot: Snapshot) -> Dict[str, Any]:
     arg, stdin, _ = _source(snapshot)
     out: Dict[str, Any] = json.loads(run(["stats", "--json", arg], stdin))
     return out
+
+
+@contextlib.contextmanager
+def _path(snapshot: Snapshot) -> Iterator[str]:
+    """A path to hand the program for ``snapshot``: its own, or a temporary file with its bytes
+    (removed afterwards) for commands that read more than one file or no standard input."""
+    arg, stdin, name = _source(snapshot)
+    if stdin is None:
+        yield arg
+        return
+    with tempfile.TemporaryDirectory(prefix="memscape-") as tmp:
+        path = Path(tmp) / name
+        path.write_bytes(stdin)
+        yield str(path)
+
+
+def doctor(snapshot: Snapshot, device: Optional[int] = None) -> Dict[str, Any]:
+    """The report of ``memscape doctor --json`` for ``snapshot``, as a dict: every
+    out-of-memory error with the allocator's figures just before it, a verdict
+    (``exhausted``, ``fragmentation``, ``other_limit``) and why, who holds the memory, advice
+    with predicted effects; the peak and its headroom; the what-if table.
+
+    >>> r = memscape.doctor("oom.pickle")            # doctest: +SKIP
+    >>> r["ooms"][0]["verdict"]                      # doctest: +SKIP
+    'fragmentation'
+    """
+    with _path(snapshot) as p:
+        args = ["doctor", "--json", p] + (["--device", str(device)] if device is not None else [])
+        out: Dict[str, Any] = json.loads(run(args))
+    return out
+
+
+def diff(a: Snapshot, b: Snapshot, device: Optional[int] = None) -> Dict[str, Any]:
+    """``memscape diff --json`` of two runs (snapshots or ``memscape profile`` files): peaks,
+    categories at each peak, the call sites alive at the peaks whose bytes changed, allocations
+    made a different number of times, segments only in one."""
+    with _path(a) as pa, _path(b) as pb:
+        args = ["diff", "--json", pa, pb] + (["--device", str(device)] if device is not None else [])
+        out: Dict[str, Any] = json.loads(run(args))
+    return out
+
+
+def check(
+    run_snapshot: Snapshot,
+    baseline: Optional[Snapshot] = None,
+    max_peak: Optional[Union[int, str]] = None,
+    max_growth: Optional[float] = None,
+    max: Optional[Mapping[str, Union[int, str]]] = None,  # noqa: A002
+    device: Optional[int] = None,
+) -> Dict[str, Any]:
+    """``memscape check --format json``: the run's peak (``max_peak``, bytes or ``"70G"``), its
+    growth over ``baseline`` in percent (``max_growth``) and its categories at the peak
+    (``max={"activation": "30G"}``) against limits. Returns the outcome (``passed``, each
+    budget measured, the call sites that grew most); a failed budget is an answer, not an
+    error.
+
+    >>> memscape.check("run.pickle", baseline="main.pickle", max_growth=2)["passed"]  # doctest: +SKIP
+    True
+    """
+    with contextlib.ExitStack() as stack:
+        args = ["check", stack.enter_context(_path(run_snapshot)), "--format", "json"]
+        if baseline is not None:
+            args += ["--baseline", stack.enter_context(_path(baseline))]
+        if max_peak is not None:
+            args += ["--max-peak", str(max_peak)]
+        if max_growth is not None:
+            args += ["--max-growth", str(max_growth)]
+        for category, limit in (max or {}).items():
+            args += ["--max", f"{category}={limit}"]
+        if device is not None:
+            args += ["--device", str(device)]
+        out: Dict[str, Any] = json.loads(run(args, ok=(0, 1)))
+    return out
+
+
+def skill() -> str:
+    """The agent skill (``SKILL.md``, Agent Skills format) that ``memscape skill`` prints: how
+    to record a snapshot, which command or MCP tool answers which question, how to read the
+    doctor."""
+    return run(["skill"]).decode()

@@ -150,6 +150,8 @@ class McpServer(unittest.TestCase):
                       "cached_free_bytes", "largest_free_block_bytes", "verdict", "why", "categories", "advice"):
                 self.assertEqual(ours[k], theirs[k], k)
             self.assertEqual(ours["holders"], theirs["holders"][:10])
+        self.assertIsNone(doctor["at_end"])
+        self.assertEqual(got["at_end"], doctor["at_end"])
         opened = await c.call("open", {"path": str(path)})
         self.assertEqual(opened["devices_with_oom"], [doctor["device"]])
 

@@ -135,9 +135,9 @@ impl Session {
         let report = open.reports.iter().find(|r| r.device as usize == d);
         let mut cats = report.map(|r| serde_json::to_value(r).unwrap_or(Value::Null)).unwrap_or(Value::Null);
         for key in ["iterations", "leaks", "rules"] {
-            truncate(&mut cats[key], limit);
+            cut(&mut cats, &[key], limit);
         }
-        truncate(&mut device_json["private_pools"], limit);
+        cut(&mut device_json, &["private_pools"], limit);
         Ok(json!({
             "device": d,
             "summary": device_json,
@@ -162,11 +162,11 @@ impl Session {
         let mut v = serde_json::to_value(&report).map_err(|e| e.to_string())?;
         if let Some(ooms) = v["ooms"].as_array_mut() {
             for o in ooms {
-                truncate(&mut o["holders"], limit);
+                cut(o, &["holders"], limit);
             }
         }
-        truncate(&mut v["peak"]["holders"], limit);
-        truncate(&mut v["at_end"]["holders"], limit);
+        cut(&mut v, &["peak", "holders"], limit);
+        cut(&mut v, &["at_end", "holders"], limit);
         Ok(v)
     }
 
@@ -357,7 +357,7 @@ impl Session {
         let mut v = serde_json::to_value(&d).map_err(|e| e.to_string())?;
         for key in ["sites", "allocs", "segments_only_a", "segments_only_b"] {
             let n = v[key].as_array().map_or(0, Vec::len);
-            truncate(&mut v[key], limit);
+            cut(&mut v, &[key], limit);
             v[format!("{key}_count")] = n.into();
         }
         if let Some(o) = v.as_object_mut() {
@@ -373,8 +373,8 @@ impl Session {
         let r = crate::ranks::overview(&paths, &self.rules).map_err(|e| format!("{e:#}"))?;
         let mut v = serde_json::to_value(&r).map_err(|e| e.to_string())?;
         v["rank_count"] = r.ranks.len().into();
-        truncate(&mut v["ranks"], limit);
-        truncate(&mut v["outliers"], limit);
+        cut(&mut v, &["ranks"], limit);
+        cut(&mut v, &["outliers"], limit);
         Ok(v)
     }
 
@@ -416,9 +416,14 @@ fn device_list(snap: &Snapshot) -> String {
     d.iter().map(usize::to_string).collect::<Vec<_>>().join(", ")
 }
 
-/// Cuts a JSON list to its first `n` items, saying how many there were.
-pub(crate) fn truncate(v: &mut Value, n: usize) {
-    if let Some(a) = v.as_array_mut() {
+/// Cuts the JSON list at `path` in `v` to its first `n` items (nothing when there is none:
+/// indexing would add the keys).
+pub(crate) fn cut(v: &mut Value, path: &[&str], n: usize) {
+    let mut at = Some(v);
+    for k in path {
+        at = at.and_then(|x| x.get_mut(*k));
+    }
+    if let Some(a) = at.and_then(Value::as_array_mut) {
         a.truncate(n);
     }
 }
