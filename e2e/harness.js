@@ -68,7 +68,7 @@ export function paintedPixels(page, id = 'timeline') {
 
 /** Chromium goes on starting after Playwright's launch returns: on two cores, both were 70 to
  * 90% busy for 400 ms after the launch and its first page, idle from about 600 ms (three
- * launches, docs/benchmarks.md, thirteenth), and a file chosen at once shared the cores with
+ * launches; docs/benchmarks.md, "How the figures are taken"), and a file chosen at once shared the cores with
  * that. Waits until the machine's cores have been idle (under 10% busy) for 200 ms, at least
  * a second after it is called and at most five; where /proc/stat cannot be read, a second. */
 export async function whenCoresIdle(page) {

@@ -192,7 +192,8 @@ fn FileViews() -> impl IntoView {
             <Timeline/>
             // Made once a timeline has been on screen: making them, and answering their first
             // requests, came before the cold page's first picture, on the thread that draws it
-            // (about 30 ms; docs/benchmarks.md, twelfth). Until a file is open they are hidden.
+            // (about 30 ms, measured with the cold-page probe; git log -p docs/benchmarks.md). Until
+            // a file is open they are hidden.
             <Show when=move || plot.painted.get()>
                 <div class="panels">
                     <DetailsPanel/>
