@@ -56,14 +56,17 @@ impl Session {
         if !self.files.contains_key(&abs) {
             let loaded = load(&abs).map_err(|e| format!("{e:#}"))?;
             let snap = loaded.snapshot;
-            let mut reports = Vec::new();
+            // The statistics lay out every device's blocks timeline: its categories are made on
+            // it and both are kept for the other tools.
+            let (mut reports, mut devices) = (Vec::new(), HashMap::new());
             let rules = &self.rules;
             let summary = snapshot::stats::summary_with(&snap, |tl| {
                 let cats = snapshot::categories::analyze(&snap, &tl, rules);
                 reports.push(cats.report(&tl, rules.rules()));
+                devices.insert(tl.device(), Device { tl, cats, index: None, doctor: None });
             });
             let warnings = loaded.warnings.iter().map(ToString::to_string).collect();
-            let open = Open { snap, warnings, summary, reports, devices: HashMap::new() };
+            let open = Open { snap, warnings, summary, reports, devices };
             self.files.insert(abs.clone(), open);
         }
         let open = self.files.get_mut(&abs).ok_or("not open")?;
@@ -79,10 +82,11 @@ impl Session {
         let rules = self.rules.clone();
         let (open, _) = self.open_file(path)?;
         let d = match device {
-            Some(d) if open.snap.device_traces.as_ref().is_some_and(|t| d < t.len()) || has_segments(&open.snap, d) => {
-                d
+            Some(d) if open.devices.contains_key(&d) => d,
+            Some(d) => {
+                let list: Vec<String> = open.snap.devices().iter().map(usize::to_string).collect();
+                return Err(format!("{path}: no device {d} (devices: {})", list.join(", ")));
             }
-            Some(d) => return Err(format!("{path}: no device {d} (devices: {})", device_list(&open.snap))),
             None => open.snap.default_device().unwrap_or(0),
         };
         let snap = &open.snap;
@@ -225,15 +229,15 @@ impl Session {
     /// `largest`: the largest allocations alive at `step` (default: the peak), each with its
     /// size, category and the line of the user's code that made it.
     pub(crate) fn largest(&mut self, path: &str, device: Option<usize>, step: Option<u32>, limit: usize) -> Answer {
+        let rules = self.rules.rules().clone();
         let (snap, dev, _, d) = self.device(path, device)?;
         let (tl, cats) = (&dev.tl, &dev.cats);
         let step = step.unwrap_or_else(|| tl.peak_step());
         if step >= tl.n_steps().max(1) {
             return Err(format!("step {step} is past the last ({})", tl.n_steps().saturating_sub(1)));
         }
-        let mut alive: Vec<u32> = (0..tl.elements().len() as u32)
-            .filter(|&i| tl.elements()[i as usize].start <= step && step < tl.elements()[i as usize].end)
-            .collect();
+        let mut alive: Vec<u32> =
+            (0u32..).zip(tl.elements()).filter(|(_, e)| e.start <= step && step < e.end).map(|(i, _)| i).collect();
         let n = alive.len();
         alive.sort_unstable_by_key(|&i| std::cmp::Reverse(tl.elements()[i as usize].size));
         alive.truncate(limit);
@@ -246,7 +250,7 @@ impl Session {
                     "address": format!("{:#x}", e.addr),
                     "size": bytes(e.size),
                     "category": c.category.key(),
-                    "why": c.why.describe(self_rules()),
+                    "why": c.why.describe(&rules),
                     "site": snapshot::sites::site_name(snap, e.stack),
                     "alloc_entry": e.alloc_entry,
                 })
@@ -395,25 +399,6 @@ impl Session {
         let o = snapshot::check::check(&r, b.as_ref(), budgets)?;
         serde_json::to_value(&o).map_err(|e| e.to_string())
     }
-}
-
-/// The rules' words need the rules; the server uses none of its own.
-fn self_rules() -> &'static snapshot::categories::Rules {
-    static NONE: std::sync::OnceLock<snapshot::categories::Rules> = std::sync::OnceLock::new();
-    NONE.get_or_init(Default::default)
-}
-
-fn has_segments(snap: &Snapshot, d: usize) -> bool {
-    snap.segments.iter().any(|s| s.device == d as i64)
-}
-
-fn device_list(snap: &Snapshot) -> String {
-    let n = snap.device_traces.as_ref().map_or(0, Vec::len);
-    let mut d: Vec<usize> = (0..n).collect();
-    d.extend(snap.segments.iter().map(|s| s.device.max(0) as usize));
-    d.sort_unstable();
-    d.dedup();
-    d.iter().map(usize::to_string).collect::<Vec<_>>().join(", ")
 }
 
 /// Cuts the JSON list at `path` in `v` to its first `n` items (nothing when there is none:
