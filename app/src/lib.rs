@@ -37,6 +37,7 @@ mod tabs;
 mod text;
 mod timeline;
 mod url;
+mod wire;
 
 /// Starts the workers' side and mounts the page.
 pub fn main() {

@@ -15,6 +15,9 @@ use crate::dom::{now, record};
 use crate::state::{Messages, Nav, Plot, Selection, Tab};
 use crate::url::Restore;
 
+/// What a file with no name is called.
+const UNNAMED: &str = "unnamed file";
+
 /// The example opened at start, copied next to the page by Trunk.
 pub(crate) const EXAMPLE: &str = "cs336-fullstep.pickle";
 
@@ -71,6 +74,9 @@ impl Opener {
     /// Opens a file; one that is not `wanted` (the bundled example) only comes to the front
     /// if no other file was opened meanwhile.
     fn open_as(self, blob: web_sys::Blob, name: String, wanted: bool, then: Option<Rc<dyn Fn(DocId)>>) {
+        // A file with no name (a drop from another program can give one) still needs a word
+        // on its tab and in its messages.
+        let name = if name.is_empty() { UNNAMED.to_string() } else { name };
         let total = blob.size() as u64;
         let started = now();
         let shown = name.clone();

@@ -8,7 +8,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, copyFileSync } from 'node:fs';
+import { mkdtempSync, copyFileSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
 import { openExample, settle as settleDown, ROOT } from '../harness.js';
@@ -238,7 +238,7 @@ test('the memory mode "Allocated, incl. private pools" draws each pool as its en
   await page.waitForFunction(b => Number(document.querySelector('#timeline').dataset.peakBytes) === b, plain.timeline.peak_bytes);
 });
 
-test('files named like the worker\'s own messages open as files', async () => {
+test('files named like the worker\'s own messages, and a file with no name, open as files', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'memscape-names-'));
   for (const name of ['run', 'rank', '1']) {
     copyFileSync(join(DIR, 'oom-cuda1.pickle'), join(dir, name));
@@ -247,6 +247,14 @@ test('files named like the worker\'s own messages open as files', async () => {
       && document.querySelector('#stats .file-line')?.textContent.startsWith(n + ' '), name, { timeout: 30000 });
     assert.equal(await page.inputValue('#device'), '1', `${name}: read, on its OOM device`);
   }
+  // A file with no name at all (a drop from another program can give one).
+  const tabs = await page.locator('.tab').count();
+  await page.setInputFiles('#file-input', { name: '', mimeType: 'application/octet-stream',
+    buffer: readFileSync(join(DIR, 'oom-cuda1.pickle')) });
+  await page.waitForFunction(n => document.querySelectorAll('.tab').length === n + 1
+    && document.querySelector('.tab.active .tab-name')?.textContent === 'unnamed file'
+    && document.querySelector('#stats .file-line')?.textContent.startsWith('unnamed file · '), tabs, { timeout: 30000 });
+  assert.equal(await page.inputValue('#device'), '1', 'the nameless file: read, on its OOM device');
 });
 
 test('nothing left the page, and the console is clean', () => {

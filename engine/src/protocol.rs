@@ -173,9 +173,30 @@ pub enum Finished {
     AllocatorState,
 }
 
-/// A message from the page that is not a file (files travel as `File` objects).
+/// The load id of the bundled example, which the page's early worker (started by
+/// `index.html`) reads by itself; the page's own load ids start after it.
+pub const EARLY_ID: u32 = 1;
+
+/// A message from the page. Each travels as its postcard bytes in an envelope
+/// (`app/src/wire.rs`), beside at most one JS value that postcard cannot carry, which its
+/// variant names: what a message is, is said by its variant, never by a position or a name.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum ToWorker {
+    /// Read the file that comes with the message (a `Blob`) as load `id`, named `name`.
+    Open {
+        id: u32,
+        name: String,
+    },
+    /// A pool worker's run: its files come with the message (an array of `File`s), given
+    /// once; [`ToWorker::Rank`] asks for them by index.
+    RunFiles,
+    /// Profile file `index` of the run's files for the ranks overview, keeping nothing of it:
+    /// answered as a reply to request `id` ([`Response::Rank`]).
+    Rank {
+        id: u32,
+        index: u32,
+        name: String,
+    },
     Request {
         id: u32,
         request: Request,

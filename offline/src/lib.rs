@@ -56,7 +56,7 @@ pub fn asset_names(index_html: &str) -> Result<AssetNames, String> {
 pub const CSP: &str = "default-src 'none'; script-src 'unsafe-inline' 'wasm-unsafe-eval' blob:; worker-src blob:; \
 style-src 'unsafe-inline'; img-src data: blob:; connect-src 'none'; form-action 'none'; base-uri 'none'";
 
-/// Ids of the embedded parts (the app reads them: `client.rs`, `lib.rs`).
+/// Ids of the embedded parts (the app reads them: `client/mod.rs`, `lib.rs`).
 pub const APP_JS: &str = "memscape-app-js";
 pub const APP_WASM: &str = "memscape-app-wasm";
 pub const WORKER_JS: &str = "memscape-worker-js";

@@ -1,12 +1,11 @@
 //! The Web Worker: reads files as a stream and runs the engine, so the page never waits on
 //! parsing or layout. The page starts one worker per file, so each file has wasm32's whole
-//! 4 GiB and a file that exhausts it takes no other file down. Messages in: `[id, Blob,
-//! name]` to open a file (as doc `id`), `[run, [File...], "run"]` then `[id, index, name,
-//! "rank"]` to profile a run's file for its overview (the pool's workers, given a run's files
-//! once; answered as a reply to request `id`), told apart by the type of their second item
-//! (a Blob, an array, a number), never by a name, or
-//! postcard bytes of a `ToWorker`. Messages out:
-//! postcard bytes of a `FromWorker`. A load is cancelled by terminating the worker.
+//! 4 GiB and a file that exhausts it takes no other file down. Messages in are `ToWorker`s,
+//! out `FromWorker`s, both in the envelope of `wire.rs` (a file, a run's files or a view's
+//! pixels beside the message). A load is cancelled by terminating the worker. The page's
+//! early worker (`index.html`) also reads the bundled example by itself, as load
+//! [`EARLY_ID`]: its boot script leaves the example's name and bytes to come in
+//! `memscapeExample`.
 //!
 //! Between requests the worker does the engine's background analyses (categories,
 //! allocator-state checkpoints) in slices of a few milliseconds. Each slice is a task of its
@@ -18,11 +17,13 @@
 
 #[path = "../js_error.rs"]
 mod js_error;
+#[path = "../wire.rs"]
+mod wire;
 
 use std::cell::{Cell, OnceCell, RefCell};
 use std::rc::Rc;
 
-use engine::protocol::{DocId, FirstView, FromWorker, LoadEvent, Request, Response, ToWorker};
+use engine::protocol::{DocId, FirstView, FromWorker, LoadEvent, Request, Response, ToWorker, EARLY_ID};
 use engine::ranks::RankLoad;
 use engine::warm::Warmup;
 use engine::{Engine, Loading};
@@ -69,25 +70,18 @@ struct Worker {
 }
 
 impl Worker {
-    /// Posts a message as postcard bytes; a view's pixels go beside it as a second
-    /// transferred buffer (`[message, pixels]`), not through postcard.
+    /// Posts a message; a view's pixels go beside it (transferred), not through postcard
+    /// (`ViewModel::pixels` is not serialised).
     fn send(&self, msg: &FromWorker) {
-        let Ok(bytes) = postcard::to_allocvec(msg) else { return };
-        let arr = js_sys::Uint8Array::from(bytes.as_slice());
-        let transfer = js_sys::Array::of1(&arr.buffer());
-        let pixels = match msg {
+        let pixels: Option<JsValue> = match msg {
             FromWorker::Reply { response: Response::View(v), .. } if !v.pixels.is_empty() => {
-                Some(js_sys::Uint8Array::from(v.pixels.as_slice()))
+                Some(js_sys::Uint8Array::from(v.pixels.as_slice()).into())
             }
             _ => None,
         };
-        let _ = match pixels {
-            Some(p) => {
-                transfer.push(&p.buffer());
-                self.scope.post_message_with_transfer(&js_sys::Array::of2(&arr, &p), &transfer)
-            }
-            None => self.scope.post_message_with_transfer(&arr, &transfer),
-        };
+        if let Some(e) = wire::seal(msg, pixels.as_ref()) {
+            let _ = self.scope.post_message_with_transfer(&e.value, &e.transfer);
+        }
     }
 
     fn now(&self) -> f64 {
@@ -179,7 +173,7 @@ impl Worker {
         self.pump();
     }
 
-    /// Profiles one rank's file for the page's pool (`[id, Blob, name, "rank"]`): read in
+    /// Profiles one rank's file for the page's pool ([`ToWorker::Rank`]): read in
     /// slices, reduced to its [`RankProfile`](engine::ranks::RankProfile), and nothing of it
     /// kept, so the worker reads the next file with the same memory.
     async fn rank(self: Rc<Self>, id: u32, blob: web_sys::Blob, name: String) {
@@ -262,20 +256,39 @@ impl Worker {
     }
 
     fn on_message(self: &Rc<Self>, data: JsValue) {
-        if let Some(arr) = data.dyn_ref::<js_sys::Array>() {
-            // A file (or a run's): the warm-up has done what it could.
-            self.warm.take();
-            let id = arr.get(0).as_f64().unwrap_or(0.0) as u32;
-            let name = arr.get(2).as_string().unwrap_or_else(|| "file".into());
-            // Told apart by what they carry, never by the name: a run's files come as an array
-            // (a file named `run` once hung its tab, taken for a run's files).
-            if js_sys::Array::is_array(&arr.get(1)) {
-                // A run's files, given once; its ranks are asked for by index.
-                self.run_files.replace(arr.get(1).dyn_into::<js_sys::Array>().ok());
+        let (msg, with) = match wire::open::<ToWorker>(&data) {
+            Ok(m) => m,
+            Err(e) => {
+                web_sys::console::error_1(&format!("worker: {e}").into());
                 return;
             }
-            if let Some(index) = arr.get(1).as_f64() {
-                let file = self.run_files.borrow().as_ref().map(|f| f.get(index as u32));
+        };
+        match msg {
+            ToWorker::Request { id, request } => self.answer(id, request),
+            ToWorker::Ahead { id, load, first } => self.ahead(id, load, first),
+            ToWorker::Warm => {
+                if self.engine.borrow().is_empty() {
+                    self.warm.replace(Some(Warmup::new()));
+                    self.pump();
+                }
+            }
+            ToWorker::Open { id, name } => {
+                // A file: the warm-up has done what it could.
+                self.warm.take();
+                match with.dyn_into::<web_sys::Blob>() {
+                    Ok(blob) => wasm_bindgen_futures::spawn_local(self.clone().load(id, blob, name)),
+                    Err(_) => {
+                        let event = LoadEvent::Failed(format!("{name}: the page gave the worker no file to read"));
+                        self.send(&FromWorker::Load { id, event });
+                    }
+                }
+            }
+            ToWorker::RunFiles => {
+                self.warm.take();
+                self.run_files.replace(with.dyn_into::<js_sys::Array>().ok());
+            }
+            ToWorker::Rank { id, index, name } => {
+                let file = self.run_files.borrow().as_ref().map(|f| f.get(index));
                 match file.and_then(|f| f.dyn_into::<web_sys::Blob>().ok()) {
                     Some(blob) => wasm_bindgen_futures::spawn_local(self.clone().rank(id, blob, name)),
                     None => self.send(&FromWorker::Reply {
@@ -283,25 +296,26 @@ impl Worker {
                         response: Response::Error(format!("{name}: not given to the worker")),
                     }),
                 }
-                return;
             }
-            if let Ok(blob) = arr.get(1).dyn_into::<web_sys::Blob>() {
-                wasm_bindgen_futures::spawn_local(self.clone().load(id, blob, name));
-            }
-            return;
         }
-        let bytes = js_sys::Uint8Array::new(&data).to_vec();
-        match postcard::from_bytes::<ToWorker>(&bytes) {
-            Ok(ToWorker::Request { id, request }) => self.answer(id, request),
-            Ok(ToWorker::Ahead { id, load, first }) => self.ahead(id, load, first),
-            Ok(ToWorker::Warm) => {
-                if self.engine.borrow().is_empty() {
-                    self.warm.replace(Some(Warmup::new()));
-                    self.pump();
-                }
+    }
+
+    /// The bundled example, for the page's early worker: its boot script leaves the name and
+    /// a promise of the bytes (`null` if they could not be fetched) in `memscapeExample`.
+    fn read_example(self: &Rc<Self>) {
+        let example = js_sys::Reflect::get(&self.scope, &JsValue::from_str("memscapeExample"));
+        let Some(example) = example.ok().filter(JsValue::is_object) else { return };
+        let field = |key: &str| js_sys::Reflect::get(&example, &JsValue::from_str(key)).unwrap_or(JsValue::UNDEFINED);
+        let name = field("name").as_string().unwrap_or_else(|| "example".into());
+        let Ok(bytes) = field("bytes").dyn_into::<js_sys::Promise>() else { return };
+        let me = self.clone();
+        wasm_bindgen_futures::spawn_local(async move {
+            let blob = wasm_bindgen_futures::JsFuture::from(bytes).await.ok().and_then(|b| b.dyn_into().ok());
+            if let Some(blob) = blob {
+                me.warm.take();
+                me.load(EARLY_ID, blob, name).await;
             }
-            Err(e) => web_sys::console::error_1(&format!("worker: bad message: {e}").into()),
-        }
+        });
     }
 }
 
@@ -388,8 +402,8 @@ fn main() {
         console_error_panic_hook::hook(info);
         let scope: DedicatedWorkerGlobalScope = js_sys::global().unchecked_into();
         let words = info.payload_as_str().unwrap_or("a panic").to_string();
-        if let Ok(bytes) = postcard::to_allocvec(&FromWorker::Crashed(words)) {
-            let _ = scope.post_message(&js_sys::Uint8Array::from(bytes.as_slice()));
+        if let Some(e) = wire::seal(&FromWorker::Crashed(words), None) {
+            let _ = scope.post_message_with_transfer(&e.value, &e.transfer);
         }
     }));
     let scope: DedicatedWorkerGlobalScope = js_sys::global().unchecked_into();
@@ -419,4 +433,5 @@ fn main() {
     scope.set_onmessage(Some(onmessage.as_ref().unchecked_ref()));
     onmessage.forget();
     worker.send(&FromWorker::Ready);
+    worker.read_example();
 }
