@@ -60,7 +60,7 @@ impl Cats {
             seq.update_value(|x| *x += 1);
             let my = seq.get_value();
             let columns = canvas_by_id("categories")
-                .map(|c| f64::from(c.client_width()) - draw::LEFT - draw::RIGHT)
+                .map(|c| draw::Area::of(&c).width())
                 .filter(|&w| w > 50.0)
                 .map_or(800, |w| w as u32);
             let (start, end) = (f64::from_bits(start), f64::from_bits(end));
@@ -112,15 +112,15 @@ pub(crate) fn CategoryView() -> impl IntoView {
     let (c, chosen, docs) = (expect_context::<Cats>(), expect_context::<Chosen>(), expect_context::<Docs>());
     let on_click = move |e: web_sys::MouseEvent| {
         let Some(canvas) = canvas_by_id("categories") else { return };
-        let w = f64::from(canvas.client_width()) - draw::LEFT - draw::RIGHT;
+        let area = draw::Area::of(&canvas);
         let Some((start, end, n)) = c.cats.with_untracked(|v| v.as_ref().map(|v| (v.start, v.end, v.n_steps))) else {
             return;
         };
-        let x = f64::from(e.offset_x()) - draw::LEFT;
-        if x < 0.0 || x > w || n == 0 {
+        let x = f64::from(e.offset_x());
+        if x < draw::LEFT || x > draw::LEFT + area.width() || n == 0 {
             return;
         }
-        let step = (start + x / w * (end - start)).floor().clamp(0.0, f64::from(n - 1)) as u32;
+        let step = area.x_value(x, (start, end)).floor().clamp(0.0, f64::from(n - 1)) as u32;
         c.at.set(Some(step));
         chosen.set(docs, step);
     };

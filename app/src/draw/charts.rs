@@ -24,7 +24,8 @@ pub fn categories(
     let y_max = top.max(1) as f64 * engine::HEADROOM;
     let y = |b: f64| bottom - b / y_max * plot_h;
     y_grid(&ctx, w, top, y_max, &y, th);
-    let cw = (w - LEFT - RIGHT) / vm.columns.len().max(1) as f64;
+    let area = Area { w, h };
+    let cw = area.column_width(vm.columns.len());
     for (c, (step, bytes)) in vm.columns.iter().enumerate() {
         if *step == u32::MAX {
             continue;
@@ -41,7 +42,7 @@ pub fn categories(
             acc += b as f64;
         }
     }
-    let x_of = |s: f64| LEFT + (s + 0.5 - vm.start) / (vm.end - vm.start).max(1e-9) * (w - LEFT - RIGHT);
+    let x_of = |s: f64| area.x(s + 0.5, (vm.start, vm.end));
     let peak = f64::from(vm.report.peak_step);
     if peak >= vm.start && peak < vm.end {
         vline(&ctx, x_of(peak), CHART_TOP, bottom, &th.accent);
@@ -86,8 +87,9 @@ pub fn diff(canvas: &HtmlCanvasElement, d: &engine::protocol::Diff, th: &Theme) 
         (Some(a), Some(b)) if b.x > a.x => (a.x, b.x),
         _ => return,
     };
-    let x_of = |x: f64| LEFT + (x - lo) / (hi - lo) * (w - LEFT - RIGHT);
-    let cw = (w - LEFT - RIGHT) / d.curve.len().max(1) as f64;
+    let area = Area { w, h };
+    let x_of = |x: f64| area.x(x, (lo, hi));
+    let cw = area.column_width(d.curve.len());
     let colour = |more: bool| if more { th.accent.clone() } else { "#2e9a5b".to_string() };
     for p in &d.curve {
         let (Some(a), Some(b)) = (p.a, p.b) else { continue };

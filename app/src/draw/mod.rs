@@ -4,11 +4,13 @@
 //! charting libraries (plotters picks decimal ticks) do not offer.
 
 mod allocator;
+mod area;
 mod charts;
 mod flame;
 mod timeline;
 
 pub use allocator::state_map;
+pub use area::Area;
 pub use charts::{categories, diff};
 pub use flame::{flame, layout as flame_layout, rows as flame_rows, Placed, ROW as FLAME_ROW};
 pub use timeline::{minimap, timeline, Overlay};
@@ -219,7 +221,7 @@ fn x_labels(ctx: &Ctx, w: f64, bottom: f64, lo: f64, hi: f64, th: &Theme, label:
     let st = count_step(hi - lo, 8.0);
     let mut s = (lo / st).ceil() * st;
     while s <= hi {
-        let x = LEFT + (s - lo) / (hi - lo).max(1e-9) * (w - LEFT - RIGHT);
+        let x = Area { w, h: 0.0 }.x(s, (lo, hi));
         let _ = ctx.fill_text(&label(s), x, bottom + 5.0);
         s += st;
     }

@@ -21,13 +21,13 @@ pub fn timeline(canvas: &HtmlCanvasElement, vm: &ViewModel, o: &Overlay, th: &Th
     let Some((ctx, w, h)) = prepare(canvas) else { return };
     ctx.set_fill_style_str(&th.bg);
     ctx.fill_rect(0.0, 0.0, w, h);
-    let plot_h = h - TOP - BOTTOM;
-    let bottom = h - BOTTOM;
+    let area = Area { w, h };
+    let (plot_h, bottom) = (area.height(), area.bottom());
     let (lo, top) = (vm.y_lo as f64, vm.y_top.max(vm.y_lo + 1) as f64);
-    let y = |bytes: f64| bottom - (bytes - lo) / (top - lo) * plot_h;
+    let y = |bytes: f64| area.y(bytes, (lo, top));
     let cols = vm.columns.len().max(1) as f64;
-    let col_w = (w - LEFT - RIGHT) / cols;
-    let x_of_step = |s: f64| LEFT + (s - o.start) / (o.end - o.start) * (w - LEFT - RIGHT);
+    let col_w = area.column_width(vm.columns.len());
+    let x_of_step = |s: f64| area.x(s, (o.start, o.end));
 
     y_grid_range(&ctx, w, lo, top, &y, th);
 
@@ -37,7 +37,7 @@ pub fn timeline(canvas: &HtmlCanvasElement, vm: &ViewModel, o: &Overlay, th: &Th
     if n_cols > 0 && n_rows > 0 {
         if let Some(img) = image(&vm.pixels, n_cols, n_rows) {
             ctx.set_image_smoothing_enabled(false);
-            let _ = ctx.draw_image_with_html_canvas_element_and_dw_and_dh(&img, LEFT, TOP, w - LEFT - RIGHT, plot_h);
+            let _ = ctx.draw_image_with_html_canvas_element_and_dw_and_dh(&img, LEFT, TOP, area.width(), plot_h);
             ctx.set_image_smoothing_enabled(true);
         }
     }
@@ -45,7 +45,7 @@ pub fn timeline(canvas: &HtmlCanvasElement, vm: &ViewModel, o: &Overlay, th: &Th
     if !o.outline.is_empty() {
         ctx.save();
         ctx.begin_path();
-        ctx.rect(LEFT, TOP, w - LEFT - RIGHT, plot_h);
+        ctx.rect(LEFT, TOP, area.width(), plot_h);
         ctx.clip();
         ctx.set_line_width(1.5);
         for b in o.outline {
@@ -65,7 +65,7 @@ pub fn timeline(canvas: &HtmlCanvasElement, vm: &ViewModel, o: &Overlay, th: &Th
         let (a, b) = (a.min(b).max(TOP), a.max(b).min(bottom));
         ctx.set_fill_style_str(&th.accent);
         ctx.set_global_alpha(0.15);
-        ctx.fill_rect(LEFT, a, w - LEFT - RIGHT, b - a);
+        ctx.fill_rect(LEFT, a, area.width(), b - a);
         ctx.set_global_alpha(1.0);
     }
     let legend = vm.columns.iter().any(|c| c.allocated.is_some());
@@ -193,7 +193,7 @@ pub fn timeline(canvas: &HtmlCanvasElement, vm: &ViewModel, o: &Overlay, th: &Th
     ctx.set_text_align("center");
     ctx.set_text_baseline("top");
     let span = o.end - o.start;
-    let st = count_step(span, ((w - LEFT - RIGHT) / 110.0).max(2.0));
+    let st = count_step(span, (area.width() / 110.0).max(2.0));
     let t0 = vm.columns.iter().find_map(|c| c.time_us);
     let mut s = (o.start / st).ceil() * st;
     while s < o.end {
@@ -218,8 +218,8 @@ pub fn minimap(canvas: &HtmlCanvasElement, vm: &ViewModel, start: f64, end: f64,
     let Some((ctx, w, h)) = prepare(canvas) else { return };
     ctx.set_fill_style_str(&th.bg);
     ctx.fill_rect(0.0, 0.0, w, h);
-    let cols = vm.columns.len().max(1) as f64;
-    let cw = (w - LEFT - RIGHT) / cols;
+    let area = Area { w, h };
+    let cw = area.column_width(vm.columns.len());
     let y_max = vm.y_max.max(1) as f64;
     // The columns as one path: the minimap is drawn again at every move of the window.
     ctx.set_fill_style_str(&th.muted);
@@ -230,7 +230,7 @@ pub fn minimap(canvas: &HtmlCanvasElement, vm: &ViewModel, start: f64, end: f64,
     }
     ctx.fill();
     let n = f64::from(vm.n_steps.max(1));
-    let (x0, x1) = (LEFT + start / n * (w - LEFT - RIGHT), LEFT + end / n * (w - LEFT - RIGHT));
+    let (x0, x1) = (area.x(start, (0.0, n)), area.x(end, (0.0, n)));
     let y_of = |bytes: f64| (h - bytes / y_max * (h - 4.0)).clamp(0.0, h);
     let (y0, y1) = (y_of(y.1), y_of(y.0));
     ctx.set_fill_style_str(&th.accent);

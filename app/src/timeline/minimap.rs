@@ -13,10 +13,9 @@ pub(super) fn Minimap() -> impl IntoView {
     // Where a drag began, and whether it has moved.
     let brush = StoredValue::new(None::<(f64, bool)>);
     let step = move |x: f64| -> Option<f64> {
-        let c = canvas_by_id("minimap")?;
-        let w = f64::from(c.client_width()) - draw::LEFT - draw::RIGHT;
+        let area = draw::Area::of(&canvas_by_id("minimap")?);
         let n = f64::from(docs.tab_untracked()?.n_steps);
-        Some(((x - draw::LEFT) / w * n).clamp(0.0, n))
+        Some(area.x_value(x, (0.0, n)).clamp(0.0, n))
     };
     view! {
         <canvas id="minimap"

@@ -35,14 +35,12 @@ pub(crate) fn Timeline() -> impl IntoView {
 
 /// The plot's width in device pixel columns (the canvas less its axes).
 fn plot_columns() -> u32 {
-    let css =
-        canvas_by_id("timeline").map_or(800.0, |c| (f64::from(c.client_width()) - draw::LEFT - draw::RIGHT).max(10.0));
+    let css = canvas_by_id("timeline").map_or(800.0, |c| draw::Area::of(&c).width().max(10.0));
     (css * draw::pixel_ratio()).round() as u32
 }
 
 /// The plot's height in device pixel rows.
 fn plot_rows() -> u32 {
-    let css =
-        canvas_by_id("timeline").map_or(300.0, |c| (f64::from(c.client_height()) - draw::TOP - draw::BOTTOM).max(1.0));
+    let css = canvas_by_id("timeline").map_or(300.0, |c| draw::Area::of(&c).height().max(1.0));
     (css * draw::pixel_ratio()).round() as u32
 }

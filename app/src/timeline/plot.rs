@@ -11,18 +11,16 @@ use leptos::task::spawn_local;
 use crate::client::worker;
 use crate::doctor::Doctor;
 use crate::dom::{canvas_by_id, now, record};
-use crate::draw;
+use crate::draw::{self, Area};
 use crate::state::{Docs, Plot as Shown, Selection, Window};
 
 /// The bytes at y (CSS pixels) of the timeline canvas, and half a pixel row in bytes.
 fn bytes_at(shown: Shown, y: f64) -> Option<(f64, u64)> {
-    let c = canvas_by_id("timeline")?;
-    let plot_h = f64::from(c.client_height()) - draw::TOP - draw::BOTTOM;
+    let area = Area::of(&canvas_by_id("timeline")?);
     shown.view.with_untracked(|v| {
         let v = v.as_ref()?;
-        let span = v.y_top.saturating_sub(v.y_lo).max(1) as f64;
-        let bytes = v.y_lo as f64 + (draw::TOP + plot_h - y) / plot_h * span;
-        Some((bytes, (span / plot_h / 2.0) as u64))
+        let (lo, top) = (v.y_lo as f64, v.y_top.max(v.y_lo + 1) as f64);
+        Some((area.y_value(y, (lo, top)), ((top - lo) / area.height() / 2.0) as u64))
     })
 }
 
@@ -46,16 +44,12 @@ impl Hits {
         }
         let Some(c) = canvas_by_id("timeline") else { return };
         let Some(t) = self.docs.tab_untracked() else { return };
-        let w = f64::from(c.client_width());
+        let area = Area::of(&c);
         let (bytes, slack) = bytes_at(self.shown, y).unwrap_or((-1.0, 0));
         let found = self.shown.view.with_untracked(|v| {
             let v = v.as_ref()?;
-            let cols = v.columns.len().max(1) as f64;
-            let col = ((x - draw::LEFT) / ((w - draw::LEFT - draw::RIGHT) / cols)).floor();
-            if col < 0.0 || col >= cols || bytes < 0.0 || y > f64::from(c.client_height()) - draw::BOTTOM {
-                return None;
-            }
-            Some((v.columns[col as usize].step, bytes as u64))
+            let col = area.column_at(x, v.columns.len()).filter(|_| bytes >= 0.0 && y <= area.bottom())?;
+            Some((v.columns.get(col)?.step, bytes as u64))
         });
         let sel = self.selection;
         let Some((step, bytes)) = found else {
@@ -95,19 +89,17 @@ impl Hits {
 
 /// The step under x (CSS pixels) of the timeline canvas.
 fn step_at(docs: Docs, x: f64) -> Option<f64> {
-    let c = canvas_by_id("timeline")?;
-    let w = f64::from(c.client_width()) - draw::LEFT - draw::RIGHT;
+    let area = Area::of(&canvas_by_id("timeline")?);
     let t = docs.tab_untracked()?;
-    Some(t.start + (x - draw::LEFT) / w * (t.end - t.start))
+    Some(area.x_value(x, (t.start, t.end)))
 }
 
 /// The trace entry of the OOM whose mark (in the top lane) is nearest x, within 6 pixels.
 fn oom_at(shown: Shown, x: f64) -> Option<u32> {
-    let c = canvas_by_id("timeline")?;
-    let w = f64::from(c.client_width()) - draw::LEFT - draw::RIGHT;
+    let area = Area::of(&canvas_by_id("timeline")?);
     shown.view.with_untracked(|v| {
         let v = v.as_ref()?;
-        let x_of = |s: u32| draw::LEFT + (f64::from(s) + 0.5 - v.start) / (v.end - v.start).max(1e-9) * w;
+        let x_of = |s: u32| area.x(f64::from(s) + 0.5, (v.start, v.end));
         let near = v.ooms.iter().zip(&v.oom_entries).map(|(&s, &e)| (e, (x_of(s) - x).abs())).filter(|p| p.1 <= 6.0);
         near.min_by(|a, b| a.1.total_cmp(&b.1)).map(|p| p.0)
     })
@@ -138,8 +130,7 @@ pub(super) fn Plot() -> impl IntoView {
         if let Some((x0, a, b, moved)) = drag.get_value() {
             if (x - x0).abs() > 3.0 || moved {
                 drag.set_value(Some((x0, a, b, true)));
-                let c = canvas_by_id("timeline");
-                let w = c.map_or(800.0, |c| f64::from(c.client_width())) - draw::LEFT - draw::RIGHT;
+                let w = canvas_by_id("timeline").map_or(800.0 - draw::LEFT - draw::RIGHT, |c| Area::of(&c).width());
                 let dx = (x - x0) / w * (b - a);
                 let n = docs.tab_untracked().map_or(1.0, |t| f64::from(t.n_steps));
                 window.slide_to((a - dx).clamp(0.0, (n - (b - a)).max(0.0)), b - a);
