@@ -8,7 +8,6 @@ Run by scripts/test in the test environment (target/python/test) after the wheel
 from __future__ import annotations
 
 import json
-import os
 import pickle
 import subprocess
 import sys
@@ -19,8 +18,12 @@ from typing import Any
 
 import memscape
 
+# This folder's helper, whether unittest was started by discovery or on a file's path.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import corpus  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
-CORPUS = Path(os.environ.get("MEMSCAPE_CORPUS", ROOT.parent / "shared" / "corpus"))
+CORPUS = corpus.DIR
 A = CORPUS / "pt210-cs336-pyframes-usermeta.pickle"
 B = CORPUS / "pt210-cs336-training-usermeta.pickle"
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
+import sys
 import tempfile
 import unittest
 from pathlib import Path
@@ -24,8 +24,12 @@ from mcp.shared.exceptions import MCPError
 
 import memscape
 
+# This folder's helper, whether unittest was started by discovery or on a file's path.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import corpus  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
-CORPUS = Path(os.environ.get("MEMSCAPE_CORPUS", ROOT.parent / "shared" / "corpus"))
+CORPUS = corpus.DIR
 OOM = CORPUS / "pt20-flexgen-opt-oom-history.pickle"
 SIBLING = CORPUS / "pt20-flexgen-opt1.3b-history.pickle"
 TOOLS = {"open", "stats", "doctor", "what_if", "categories", "largest", "flame", "search", "state", "diff", "ranks", "check"}

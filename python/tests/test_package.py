@@ -1,5 +1,5 @@
 """The memscape Python package, as installed from the wheel: its functions against the real
-program on the real corpus (PyTorch's own figures in ``$MEMSCAPE_CORPUS/expected``), and the
+program on the real corpus (PyTorch's own figures in its ``expected/``; see ``corpus.py``), and the
 example notebook executed by nbclient.
 
 Run by scripts/test in the test environment (target/python/test) after the wheel is installed:
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import gzip
-import json
 import os
 import pickle
 import shutil
@@ -25,23 +24,14 @@ from typing import Any, Dict, List, Optional
 
 import memscape
 
+# This folder's helper, whether unittest was started by discovery or on a file's path.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import corpus  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
-CORPUS = Path(os.environ.get("MEMSCAPE_CORPUS", ROOT.parent / "shared" / "corpus"))
 EXAMPLE = ROOT / "examples" / "cs336-fullstep.pickle"
 # The bundled example is byte-for-byte this corpus file.
 EXAMPLE_IN_CORPUS = "pt25-cs336-fullstep-annotations.pickle"
-
-
-def expected(name: str) -> Dict[str, Any]:
-    with open(CORPUS / "expected" / f"{name}.json", encoding="utf-8") as f:
-        out: Dict[str, Any] = json.load(f)
-    return out
-
-
-def corpus_files() -> List[Path]:
-    files = sorted(p for p in CORPUS.iterdir() if p.suffix in (".pickle", ".pkl", ".html"))
-    assert len(files) >= 19, f"expected the 19 corpus files in {CORPUS}, found {len(files)}"
-    return files
 
 
 class Frame(HTMLParser):
@@ -82,13 +72,13 @@ class Binary(unittest.TestCase):
 
 class Stats(unittest.TestCase):
     def test_stats_of_a_path_equals_pytorch_figures_for_every_corpus_file(self) -> None:
-        for path in corpus_files():
+        for path in corpus.files():
             with self.subTest(path.name):
                 s = memscape.stats(path)
-                segsum = expected(path.name)["segsum"]
+                segsum = corpus.expected(path.name)["segsum"]
                 for k in ("segments", "total_reserved", "total_allocated", "free_internal", "free_external"):
                     self.assertEqual(s[k], segsum[k], k)
-                viz = expected(path.name)["memoryviz"].get("devices") or {}
+                viz = corpus.expected(path.name)["memoryviz"].get("devices") or {}
                 for d in s["devices"]:
                     amt = (viz.get(str(d["device"])) or {}).get("active_memory_timeline")
                     if amt and d["trace_entries"]:
@@ -96,7 +86,7 @@ class Stats(unittest.TestCase):
                         self.assertEqual(d["timeline"]["elements"], amt["elements"])
 
     def test_bytes_and_the_dict_pickle_load_gives_read_the_same_as_the_file(self) -> None:
-        for path in corpus_files():
+        for path in corpus.files():
             if path.suffix == ".html":
                 continue
             with self.subTest(path.name):
@@ -107,7 +97,7 @@ class Stats(unittest.TestCase):
                 self.assertEqual(memscape.stats(snap), from_file)
 
     def test_bad_input_is_a_clear_error_naming_the_file(self) -> None:
-        good = (CORPUS / "pt24-linear-tiny.pkl").read_bytes()
+        good = corpus.file("pt24-linear-tiny.pkl").read_bytes()
         with tempfile.TemporaryDirectory() as d:
             cut = Path(d) / "cut.pickle"
             cut.write_bytes(good[: len(good) // 2])
@@ -122,7 +112,7 @@ class Stats(unittest.TestCase):
 
 
     def test_a_file_named_like_an_option_or_stdin_is_read_as_a_file(self) -> None:
-        tiny = CORPUS / "pt24-linear-tiny.pkl"
+        tiny = corpus.file("pt24-linear-tiny.pkl")
         cwd = os.getcwd()
         with tempfile.TemporaryDirectory() as d:
             for name in ("-", "--json"):
@@ -225,8 +215,8 @@ class Notebook(unittest.TestCase):
         self.assertEqual(embedded_snapshot(frames[0]["srcdoc"] or ""), EXAMPLE.read_bytes())
         with open(EXAMPLE, "rb") as f:
             self.assertEqual(pickle.loads(embedded_snapshot(frames[1]["srcdoc"] or "")), pickle.load(f))
-        peak = expected(EXAMPLE_IN_CORPUS)["memoryviz"]["devices"]["0"]["active_memory_timeline"]["max_at_time_peak"]
-        reserved = expected(EXAMPLE_IN_CORPUS)["segsum"]["total_reserved"]
+        peak = corpus.expected(EXAMPLE_IN_CORPUS)["memoryviz"]["devices"]["0"]["active_memory_timeline"]["max_at_time_peak"]
+        reserved = corpus.expected(EXAMPLE_IN_CORPUS)["segsum"]["total_reserved"]
         (printed,) = code[2].outputs
         self.assertEqual(printed.text, f"peak {peak:,} bytes allocated, {reserved:,} reserved\n")
 

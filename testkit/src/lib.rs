@@ -1,60 +1,15 @@
-//! What the Rust test crates share: the snapshot corpus (`../shared/corpus`, or
-//! `MEMSCAPE_CORPUS`), its files, and PyTorch's own figures for them (`expected/`).
-//! A dev-dependency only; a missing corpus fails the test that asked, saying where it looked.
+//! What the Rust test crates share: the snapshot corpus (`MEMSCAPE_CORPUS`, else
+//! `../shared/corpus`, else the repository's partial `testdata/corpus`; see `corpus.rs`), its
+//! files, and PyTorch's own figures for them (`expected/`); the bundled example; the modern
+//! snapshots Python writes. A dev-dependency only.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
 
+mod corpus;
 pub mod pickle;
 
-/// How many snapshot files the corpus has at least (a partial copy fails loudly).
-pub const MIN_FILES: usize = 19;
-
-/// The corpus folder: `MEMSCAPE_CORPUS`, else `shared/corpus` beside the checkout.
-pub fn dir() -> PathBuf {
-    let dir = std::env::var_os("MEMSCAPE_CORPUS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/corpus"));
-    assert!(dir.join("expected").is_dir(), "corpus not found at {} (set MEMSCAPE_CORPUS)", dir.display());
-    dir
-}
-
-/// One corpus file's path.
-pub fn path(name: &str) -> PathBuf {
-    dir().join(name)
-}
-
-/// One corpus file's bytes.
-pub fn read(name: &str) -> Vec<u8> {
-    let p = path(name);
-    std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-}
-
-/// Every snapshot file of the corpus (not its notes), sorted by name.
-pub fn paths() -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.is_file() && p.extension().is_some_and(|e| e != "md"))
-        .collect();
-    v.sort();
-    assert!(v.len() >= MIN_FILES, "expected the {MIN_FILES} corpus files, found {}", v.len());
-    v
-}
-
-/// Every snapshot file of the corpus with its bytes, sorted by name.
-pub fn files() -> Vec<(String, Vec<u8>)> {
-    paths()
-        .into_iter()
-        .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap()))
-        .collect()
-}
-
-/// PyTorch's figures for a corpus file (`expected/NAME.json`).
-pub fn expected(name: &str) -> serde_json::Value {
-    let p = dir().join("expected").join(format!("{name}.json"));
-    serde_json::from_slice(&std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))).unwrap()
-}
+pub use corpus::{dir, expected, file_or_skip, files, full, if_full, paths, read_or_skip, MIN_FILES};
 
 /// The example the viewer opens at start (`examples/`, copied into the repository).
 pub fn example(name: &str) -> Vec<u8> {

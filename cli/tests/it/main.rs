@@ -30,10 +30,7 @@ fn stats_json_equals_pytorch_figures_for_every_corpus_file() {
     let mut devices_checked = 0;
     for path in testkit::paths() {
         let name = path.file_name().unwrap().to_str().unwrap().to_string();
-        let exp: Value = serde_json::from_slice(
-            &std::fs::read(testkit::dir().join("expected").join(format!("{name}.json"))).unwrap(),
-        )
-        .unwrap();
+        let exp = testkit::expected(&name);
         let ours = stats_json(&path);
         let segsum = &exp["segsum"];
         for k in ["segments", "total_reserved", "total_allocated", "free_internal", "free_external"] {
@@ -82,23 +79,24 @@ fn stats_json_equals_pytorch_figures_for_every_corpus_file() {
             }
         }
     }
-    assert!(devices_checked >= 18, "only {devices_checked} devices were compared");
+    assert!(devices_checked >= testkit::if_full(18, 8), "only {devices_checked} devices were compared");
 }
 
 #[test]
 fn html_export_gives_the_same_figures_as_its_pickle() {
-    let c = testkit::dir();
-    let a = stats_json(&c.join("pt25-cs336-bf16-forward.html"));
-    let b = stats_json(&c.join("pt25-cs336-bf16-forward.pickle"));
+    let Some(html) = testkit::file_or_skip("pt25-cs336-bf16-forward.html") else { return };
+    let Some(pickle) = testkit::file_or_skip("pt25-cs336-bf16-forward.pickle") else { return };
+    let a = stats_json(&html);
+    let b = stats_json(&pickle);
     assert_eq!(a, b);
 }
 
 #[test]
 fn bad_input_exits_2_with_a_one_line_error_naming_the_file() {
+    let Some(bytes) = testkit::read_or_skip("pt24-linear-tiny.pkl") else { return };
     let dir = std::env::temp_dir().join(format!("memscape-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let truncated = dir.join("truncated.pickle");
-    let bytes = std::fs::read(testkit::dir().join("pt24-linear-tiny.pkl")).unwrap();
     std::fs::write(&truncated, &bytes[..bytes.len() / 2]).unwrap();
     let empty = dir.join("empty.pickle");
     std::fs::write(&empty, b"").unwrap();
@@ -131,13 +129,13 @@ fn stats_reads_standard_input() {
         child.wait_with_output().unwrap()
     };
     for name in ["pt24-linear-tiny.pkl", "pt25-cs336-bf16-forward.html", "pt21-llama-cppframes-multistream.pickle"] {
-        let path = testkit::dir().join(name);
+        let Some(path) = testkit::file_or_skip(name) else { continue };
         let out = stdin_stats(&std::fs::read(&path).unwrap());
         assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
         let ours: Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(ours, stats_json(&path), "{name}");
     }
-    let bytes = std::fs::read(testkit::dir().join("pt24-linear-tiny.pkl")).unwrap();
+    let Some(bytes) = testkit::read_or_skip("pt24-linear-tiny.pkl") else { return };
     let out = stdin_stats(&bytes[..bytes.len() / 2]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8(out.stderr).unwrap();
@@ -288,7 +286,7 @@ fn planted_truths_through_the_command_line() {
 /// errors of both kinds, `--json` equal to the core's report, `--device`.
 #[test]
 fn doctor_reads_verdicts_and_figures() {
-    let oom_file = testkit::dir().join("pt20-flexgen-opt-oom-history.pickle");
+    let Some(oom_file) = testkit::file_or_skip("pt20-flexgen-opt-oom-history.pickle") else { return };
     let out = memscape(&["doctor", "--json", oom_file.to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let r: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -296,10 +294,7 @@ fn doctor_reads_verdicts_and_figures() {
     let end = &r["at_end"];
     assert_eq!(end["verdict"], "exhausted", "{}", end["why"]);
     // `_memory_viz.py stats` on the same file: reserved, and the free blocks' bytes.
-    let exp: Value = serde_json::from_slice(
-        &std::fs::read(testkit::dir().join("expected").join("pt20-flexgen-opt-oom-history.pickle.json")).unwrap(),
-    )
-    .unwrap();
+    let exp = testkit::expected("pt20-flexgen-opt-oom-history.pickle");
     eq("oom file", "reserved", &end["figures"]["reserved_bytes"], &exp["segsum"]["total_reserved"]);
     eq("oom file", "cached free", &end["figures"]["cached_free_bytes"], &exp["segsum"]["free_external"]);
     eq("oom file", "allocated", &end["figures"]["allocated_bytes"], &exp["segsum"]["total_allocated"]);

@@ -51,25 +51,24 @@ fn writer_output_reads_back_to_the_same_model() {
 /// the page once showed: "Pickle(Some(4))").
 #[test]
 fn each_format_is_named_in_words() {
-    let files: std::collections::HashMap<String, Vec<u8>> = testkit::files().into_iter().collect();
-    let named = |name: &str| read(&files[name]).unwrap().format.to_string();
-    assert_eq!(named("pt25-cs336-fullstep-annotations.pickle"), "pickle, protocol 4");
-    assert_eq!(named("pt25-cs336-bf16-forward.html"), "pickle, protocol 4, inside a PyTorch HTML page");
-    let gz = {
-        use std::io::Write as _;
-        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-        enc.write_all(&files["pt24-linear-tiny.pkl"]).unwrap();
-        enc.finish().unwrap()
-    };
-    assert_eq!(read(&gz).unwrap().format.to_string(), "pickle, protocol 4, gzip-compressed");
-    let zst = ruzstd::encoding::compress_to_vec(
-        &files["pt24-linear-tiny.pkl"][..],
-        ruzstd::encoding::CompressionLevel::Fastest,
-    );
-    assert_eq!(read(&zst).unwrap().format.to_string(), "pickle, protocol 4, zstd-compressed");
     // Protocols 0 and 1 have no PROTO opcode: the reader cannot tell them apart.
     assert_eq!(snapshot::Format::Pickle(None).to_string(), "pickle, protocol 0 or 1");
     assert_eq!(snapshot::Format::Json.to_string(), "JSON");
+    let named = |bytes: &[u8]| read(bytes).unwrap().format.to_string();
+    let Some(fullstep) = testkit::read_or_skip("pt25-cs336-fullstep-annotations.pickle") else { return };
+    assert_eq!(named(&fullstep), "pickle, protocol 4");
+    let Some(html) = testkit::read_or_skip("pt25-cs336-bf16-forward.html") else { return };
+    assert_eq!(named(&html), "pickle, protocol 4, inside a PyTorch HTML page");
+    let Some(tiny) = testkit::read_or_skip("pt24-linear-tiny.pkl") else { return };
+    let gz = {
+        use std::io::Write as _;
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        enc.write_all(&tiny).unwrap();
+        enc.finish().unwrap()
+    };
+    assert_eq!(named(&gz), "pickle, protocol 4, gzip-compressed");
+    let zst = ruzstd::encoding::compress_to_vec(&tiny[..], ruzstd::encoding::CompressionLevel::Fastest);
+    assert_eq!(named(&zst), "pickle, protocol 4, zstd-compressed");
 }
 
 #[test]
@@ -138,7 +137,7 @@ fn allocator_state_after_any_event_equals_pytorch_state_history() {
             }
         }
     }
-    assert!(checked > 50, "{checked}");
+    assert!(checked > testkit::if_full(50, 30), "{checked}");
 }
 
 #[test]
@@ -296,7 +295,10 @@ fn serde_pickle_agrees_where_it_can_read_the_file() {
         read_ok += 1;
     }
     assert!(read_ok >= 3, "serde-pickle read only {read_ok} files");
-    assert!(refused >= 10, "serde-pickle refused only {refused} files: has it learnt shared objects?");
+    assert!(
+        refused >= testkit::if_full(10, 5),
+        "serde-pickle refused only {refused} files: has it learnt shared objects?"
+    );
     eprintln!(
         "serde-pickle compared on {read_ok} corpus files; {refused} refused without replace_recursive_structures"
     );

@@ -96,7 +96,7 @@ fn read(path: &std::path::Path) -> snapshot::Snapshot {
 
 #[test]
 fn the_corpus_oom_file_reads_as_exhausted_with_the_replayed_figures() {
-    let path = testkit::dir().join("pt20-flexgen-opt-oom-history.pickle");
+    let Some(path) = testkit::file_or_skip("pt20-flexgen-opt-oom-history.pickle") else { return };
     let snap = read(&path);
     let r = doctor::doctor(&snap, 0, &Compiled::default());
     // The file holds no `oom` event: a snapshot dumped when the error was caught.
@@ -430,9 +430,10 @@ fn every_corpus_file_and_mutated_files_get_a_consistent_report() {
         capacity_bytes: 8 << 30,
         ..Default::default()
     }));
-    let tiny = std::fs::read(testkit::dir().join("pt24-linear-tiny.pkl")).unwrap();
+    let mut inputs = vec![("synth", synth)];
+    inputs.extend(testkit::read_or_skip("pt24-linear-tiny.pkl").map(|tiny| ("pt24-linear-tiny.pkl", tiny)));
     let mut rng = Rng(0xd0c7);
-    for (name, orig) in [("synth", &synth), ("pt24-linear-tiny.pkl", &tiny)] {
+    for (name, orig) in &inputs {
         let mut read_ok = 0;
         for _ in 0..200 {
             let mut b = orig.clone();

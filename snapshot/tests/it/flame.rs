@@ -68,7 +68,7 @@ fn the_root_at_the_peak_is_the_peak_on_every_corpus_file() {
             checked += 1;
         }
     }
-    assert!(checked >= 10, "only {checked} devices with a trace");
+    assert!(checked >= testkit::if_full(10, 7), "only {checked} devices with a trace");
 }
 
 #[test]
@@ -127,7 +127,7 @@ fn the_lines_of_code_at_the_peak_are_the_diffs_call_sites() {
             compared += usize::from(!sites.is_empty());
         }
     }
-    assert!(compared >= 10, "only {compared} files with call sites");
+    assert!(compared >= testkit::if_full(10, 7), "only {compared} files with call sites");
 }
 
 #[test]
