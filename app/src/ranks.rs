@@ -94,16 +94,7 @@ fn Summary() -> impl IntoView {
     move || {
         run.overview.get().map(|o| {
             let r = &o.ranks;
-            let head = match (r.median_peak_bytes, r.mad_bytes, r.threshold_bytes) {
-                (Some(m), Some(mad), Some(t)) => format!(
-                    "{} ranks: median peak {} (median deviation {}); outliers peak above {}",
-                    r.ranks.len(),
-                    size(m),
-                    size(mad),
-                    size(t)
-                ),
-                _ => format!("{} ranks: fewer than three, so no outliers", r.ranks.len()),
-            };
+            let head = r.headline();
             let base = r.median_rank.as_ref().map(|m| format!("rank {} ({})", rank_text(m.rank), m.file)).unwrap_or_default();
             view! {
                 <p id="ranks-summary">{head}</p>

@@ -204,17 +204,7 @@ fn rank_text(rank: Option<u32>) -> String {
 }
 
 fn print_ranks(out: &mut impl std::io::Write, r: &Ranks) -> std::io::Result<()> {
-    match (r.median_peak_bytes, r.mad_bytes, r.threshold_bytes) {
-        (Some(m), Some(mad), Some(t)) => writeln!(
-            out,
-            "{} ranks: median peak {} (median deviation {}); outliers peak above {}",
-            r.ranks.len(),
-            fs(m.into()),
-            fs(mad.into()),
-            fs(t.into())
-        )?,
-        _ => writeln!(out, "{} ranks (outliers need at least 3)", r.ranks.len())?,
-    }
+    writeln!(out, "{}", r.headline())?;
     // A column per category that holds anything at some rank's peak.
     let shown: Vec<Category> =
         Category::ALL.into_iter().filter(|c| r.ranks.iter().any(|row| row.at_peak[c.index()] > 0)).collect();

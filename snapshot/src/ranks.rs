@@ -284,6 +284,24 @@ pub struct Ranks {
     pub outliers: Vec<Outlier>,
 }
 
+impl Ranks {
+    /// The overview in a line, as `memscape ranks` and the page's Ranks view say it: the
+    /// median, its deviation and the outliers' threshold.
+    pub fn headline(&self) -> String {
+        use crate::stats::format_size as size;
+        match (self.median_peak_bytes, self.mad_bytes, self.threshold_bytes) {
+            (Some(m), Some(mad), Some(t)) => format!(
+                "{} ranks: median peak {} (median deviation {}); outliers peak above {}",
+                self.ranks.len(),
+                size(m.into()),
+                size(mad.into()),
+                size(t.into())
+            ),
+            _ => format!("{} ranks: fewer than three, so no outliers", self.ranks.len()),
+        }
+    }
+}
+
 /// A rank named in the overview.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct RankRef {

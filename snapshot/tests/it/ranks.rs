@@ -179,6 +179,11 @@ fn the_outlier_rule_is_three_robust_deviations_or_five_percent_above_the_median(
     let r = summarize(&pair);
     assert!(r.outliers.is_empty() && r.median_rank.is_none() && r.threshold_bytes.is_none());
     assert_eq!(r.ranks.len(), 2);
+    assert_eq!(r.headline(), "2 ranks: fewer than three, so no outliers");
+    let m = summarize(&close).median_peak_bytes.unwrap();
+    assert!(summarize(&close)
+        .headline()
+        .starts_with(&format!("8 ranks: median peak {} (median deviation ", snapshot::stats::format_size(m.into()))));
     assert!(summarize(&[]).ranks.is_empty());
 }
 
