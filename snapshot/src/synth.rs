@@ -16,6 +16,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::allocator::{is_small, round_large, round_size, segment_size, should_split, MIN_LARGE_ALLOC, ROUND_LARGE};
 use crate::categories::{Category, N};
 use crate::intern::StrId;
 use crate::model::{Action, Annotation, Block, BlockState, Entry, FrameId, Segment, Snapshot, StackId, Trace};
@@ -221,12 +222,6 @@ impl Rng {
     }
 }
 
-const SMALL_SIZE: u64 = 1 << 20;
-const SMALL_BUFFER: u64 = 2 << 20;
-const LARGE_BUFFER: u64 = 20 << 20;
-const MIN_LARGE_ALLOC: u64 = 10 << 20;
-const ROUND_LARGE: u64 = 2 << 20;
-const MIN_BLOCK: u64 = 512;
 const STREAM: i64 = 0;
 
 #[derive(Clone, Debug)]
@@ -333,10 +328,6 @@ impl Allocator {
         }
     }
 
-    fn round(size: u64) -> u64 {
-        size.max(1).div_ceil(MIN_BLOCK) * MIN_BLOCK
-    }
-
     fn free_set(&mut self, small: bool) -> &mut BTreeSet<(u64, u64)> {
         if small {
             &mut self.free_small
@@ -374,19 +365,13 @@ impl Allocator {
     }
 
     fn malloc(&mut self, requested: u64, stack: StackId, cat: Category, rng: &mut Rng) -> Option<u64> {
-        let size = Self::round(requested);
-        let small = size <= SMALL_SIZE;
+        let size = round_size(requested);
+        let small = is_small(size);
         let found = self.free_set(small).range((size, 0)..).next().copied();
         let (bsize, addr) = match found {
             Some(f) => f,
             None => {
-                let seg_size = if small {
-                    SMALL_BUFFER
-                } else if size < MIN_LARGE_ALLOC {
-                    LARGE_BUFFER
-                } else {
-                    size.div_ceil(ROUND_LARGE) * ROUND_LARGE
-                };
+                let seg_size = segment_size(size);
                 if self.reserved + seg_size > self.capacity {
                     self.release_cached(stack, rng);
                 }
@@ -395,7 +380,7 @@ impl Allocator {
                     return None;
                 }
                 let addr = self.next_addr;
-                self.next_addr += seg_size.div_ceil(ROUND_LARGE) * ROUND_LARGE;
+                self.next_addr += round_large(seg_size);
                 self.reserved += seg_size;
                 let mut blocks = BTreeMap::new();
                 blocks.insert(
@@ -412,7 +397,7 @@ impl Allocator {
         let seg_addr = self.seg_of(addr)?;
         let seg = self.segments.get_mut(&seg_addr)?;
         let remaining = bsize - size;
-        let split = if small { remaining >= MIN_BLOCK } else { remaining > SMALL_SIZE };
+        let split = should_split(small, remaining);
         let used = if split { size } else { bsize };
         let kept = Some(stack).filter(|_| self.recording || self.frames_unrecorded);
         seg.blocks.insert(addr, SimBlock { size: used, requested, allocated: true, pending: false, stack: kept });
