@@ -24,6 +24,7 @@
 
 #[cfg(target_os = "linux")]
 pub mod devices;
+pub mod env;
 mod event;
 pub mod output;
 mod recorder;
