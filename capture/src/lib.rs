@@ -28,6 +28,7 @@ pub mod env;
 mod event;
 pub mod output;
 mod recorder;
+pub mod sites;
 mod stacks;
 pub mod torch;
 

@@ -67,13 +67,6 @@ fn injection_library() -> anyhow::Result<PathBuf> {
     }
 }
 
-/// The first frame outside the CUDA driver, CUPTI and the recorder: where the program asked.
-fn call_site(snap: &snapshot::Snapshot, stack: Option<snapshot::StackId>) -> String {
-    let site =
-        stack.and_then(|st| snap.stack(st).find(|f| !capture::is_plumbing(snap.str(f.name), snap.str(f.filename))));
-    site.map_or_else(|| "<no stack>".into(), |f| format!("{} ({}:{})", snap.str(f.name), snap.str(f.filename), f.line))
-}
-
 fn capture(
     out: &Path,
     max_entries: usize,
@@ -206,14 +199,8 @@ fn summarize_capture(
             d.trace_entries
         )?;
     }
-    let mut sites: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
-    for seg in &snap.segments {
-        *sites.entry(call_site(snap, seg.frames)).or_default() += seg.total_size;
-    }
-    let mut sites: Vec<(String, u64)> = sites.into_iter().collect();
-    sites.sort_by_key(|s| std::cmp::Reverse(s.1));
     writeln!(o, "alive at exit, by call site:")?;
-    for (site, bytes) in sites.iter().take(8) {
+    for (site, bytes) in capture::sites::bytes_by_call_site(snap).iter().take(8) {
         writeln!(o, "  {:>10}  {site}", fs((*bytes).into()))?;
     }
     Ok(())
