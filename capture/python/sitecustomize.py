@@ -3,14 +3,16 @@
 # snapshot at exit and on an out-of-memory error, for memscape to merge with the driver
 # capture of the same process. The user's code is not changed; a sitecustomize that was
 # there before still runs. Nothing here stops the program: every failure is one warning.
-#
-# Settings come from the environment memscape sets:
-#   MEMSCAPE_TORCH_DIR          where each process writes torch.<pid>.pickle
-#   MEMSCAPE_TORCH_MAX_ENTRIES  PyTorch's max_entries
-#   MEMSCAPE_TORCH_STACKS       "python" or "all" (PyTorch's stacks)
 
 import os
 import sys
+
+# Settings come from the environment memscape sets. capture/src/env.rs names these variables
+# and the default; a test there (tests/it/torch.rs) fails if this copy differs.
+_DIR = "MEMSCAPE_TORCH_DIR"  # where each process writes torch.<pid>.pickle
+_MAX_ENTRIES = "MEMSCAPE_TORCH_MAX_ENTRIES"  # PyTorch's max_entries
+_STACKS = "MEMSCAPE_TORCH_STACKS"  # "python" or "all" (PyTorch's stacks)
+_DEFAULT_MAX_ENTRIES = 1_000_000
 
 
 def _warn(what, e):
@@ -38,7 +40,7 @@ def _chain():
 
 
 def _path():
-    return os.path.join(os.environ["MEMSCAPE_TORCH_DIR"], f"torch.{os.getpid()}.pickle")
+    return os.path.join(os.environ[_DIR], f"torch.{os.getpid()}.pickle")
 
 
 _started = None  # the process that turned recording on (a fork child does not dump)
@@ -70,8 +72,8 @@ def _start():
 
         import torch
 
-        stacks = os.environ.get("MEMSCAPE_TORCH_STACKS", "python")
-        max_entries = int(os.environ.get("MEMSCAPE_TORCH_MAX_ENTRIES", "1000000"))
+        stacks = os.environ.get(_STACKS, "python")
+        max_entries = int(os.environ.get(_MAX_ENTRIES, _DEFAULT_MAX_ENTRIES))
         torch.cuda.memory._record_memory_history(max_entries=max_entries, stacks=stacks)
         _started = os.getpid()
         atexit.register(_dump)
@@ -113,7 +115,7 @@ class _WhenTorchLoads:
 
 
 _chain()
-if os.environ.get("MEMSCAPE_TORCH_DIR"):
+if os.environ.get(_DIR):
     if "torch" in sys.modules:
         _torch_imported(sys.modules["torch"])
     else:

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use cudarc::cupti::sys as cupti;
 use cudarc::driver::sys as cu;
 
+use crate::env as vars;
 use crate::event::{now_us, Event, EventKind};
 use crate::output;
 use crate::recorder::Recorder;
@@ -60,7 +61,7 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Options { max_entries: 1_000_000 }
+        Options { max_entries: crate::env::DEFAULT_MAX_ENTRIES }
     }
 }
 
@@ -331,19 +332,19 @@ extern "C" fn on_sigusr1(_: c_int) {
 #[no_mangle]
 pub extern "C" fn InitializeInjection() -> c_int {
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-    let out = env("MEMSCAPE_CAPTURE_OUT")
+    let out = env(vars::CAPTURE_OUT)
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(format!("memscape-capture-{}.pickle", std::process::id())));
     let max_entries =
-        env("MEMSCAPE_CAPTURE_MAX_ENTRIES").and_then(|v| v.parse().ok()).unwrap_or(Options::default().max_entries);
-    let every = env("MEMSCAPE_CAPTURE_EVERY").and_then(|v| v.parse::<f64>().ok()).filter(|s| *s > 0.0);
+        env(vars::CAPTURE_MAX_ENTRIES).and_then(|v| v.parse().ok()).unwrap_or(Options::default().max_entries);
+    let every = env(vars::CAPTURE_EVERY).and_then(|v| v.parse::<f64>().ok()).filter(|s| *s > 0.0);
     if let Err(e) = install(max_entries) {
         eprintln!("memscape capture: not recording: {e}");
         return 0;
     }
     let pid = std::process::id();
     let rank = output::rank_from(env("RANK").as_deref());
-    let run = env("MEMSCAPE_CAPTURE_RUN").is_some();
+    let run = env(vars::CAPTURE_RUN).is_some();
     // Alone (no run), the process keeps the path it was given, as before.
     let first = rank.is_none() && (!run || output::claim(&out, pid).unwrap_or(false));
     let path = output::path_for(&out, rank, first, pid);

@@ -24,9 +24,11 @@
 
 #[cfg(target_os = "linux")]
 pub mod devices;
+pub mod env;
 mod event;
 pub mod output;
 mod recorder;
+pub mod sites;
 mod stacks;
 pub mod torch;
 

@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 
 use snapshot::merge::Merged;
 
+use crate::env;
 use crate::output::{write_atomically, Written};
 
 /// The hook, as written into the run's folder.
@@ -40,9 +41,9 @@ pub fn prepare(dir: &Path, settings: &Settings, existing: Option<&OsStr>) -> io:
     let python_path = std::env::join_paths(paths).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
     Ok(vec![
         ("PYTHONPATH".into(), python_path),
-        ("MEMSCAPE_TORCH_DIR".into(), dir.as_os_str().to_owned()),
-        ("MEMSCAPE_TORCH_MAX_ENTRIES".into(), settings.max_entries.to_string().into()),
-        ("MEMSCAPE_TORCH_STACKS".into(), settings.stacks.clone().into()),
+        (env::TORCH_DIR.into(), dir.as_os_str().to_owned()),
+        (env::TORCH_MAX_ENTRIES.into(), settings.max_entries.to_string().into()),
+        (env::TORCH_STACKS.into(), settings.stacks.clone().into()),
     ])
 }
 

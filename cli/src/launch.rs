@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context as _};
+use capture::env as vars;
 
 use crate::html::{viewer, write_offline};
 use crate::input::{load, Input};
@@ -18,7 +19,7 @@ pub(crate) struct Args {
     #[arg(long, default_value = "memscape-capture.pickle")]
     out: PathBuf,
     /// Events kept per device; older ones are dropped, what they allocated stays visible.
-    #[arg(long, default_value_t = 1_000_000)]
+    #[arg(long, default_value_t = capture::env::DEFAULT_MAX_ENTRIES)]
     max_entries: usize,
     /// Also write the snapshot every this many seconds.
     #[arg(long)]
@@ -51,7 +52,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
 /// cargo build), else in `../lib/memscape/` from it (where the wheel installs it: `bin/` and
 /// `lib/` of the same environment).
 fn injection_library() -> anyhow::Result<PathBuf> {
-    if let Some(p) = std::env::var_os("MEMSCAPE_CAPTURE_LIB") {
+    if let Some(p) = std::env::var_os(vars::CAPTURE_LIB) {
         return Ok(PathBuf::from(p));
     }
     let exe = std::env::current_exe()?;
@@ -64,13 +65,6 @@ fn injection_library() -> anyhow::Result<PathBuf> {
             beside.display()
         ),
     }
-}
-
-/// The first frame outside the CUDA driver, CUPTI and the recorder: where the program asked.
-fn call_site(snap: &snapshot::Snapshot, stack: Option<snapshot::StackId>) -> String {
-    let site =
-        stack.and_then(|st| snap.stack(st).find(|f| !capture::is_plumbing(snap.str(f.name), snap.str(f.filename))));
-    site.map_or_else(|| "<no stack>".into(), |f| format!("{} ({}:{})", snap.str(f.name), snap.str(f.filename), f.line))
 }
 
 fn capture(
@@ -114,12 +108,12 @@ fn capture(
         cmd.envs(env);
     }
     cmd.args(args)
-        .env("CUDA_INJECTION64_PATH", &lib)
-        .env("MEMSCAPE_CAPTURE_OUT", &abs_out)
-        .env("MEMSCAPE_CAPTURE_RUN", std::process::id().to_string())
-        .env("MEMSCAPE_CAPTURE_MAX_ENTRIES", max_entries.to_string());
+        .env(vars::CUDA_INJECTION, &lib)
+        .env(vars::CAPTURE_OUT, &abs_out)
+        .env(vars::CAPTURE_RUN, std::process::id().to_string())
+        .env(vars::CAPTURE_MAX_ENTRIES, max_entries.to_string());
     if let Some(s) = every {
-        cmd.env("MEMSCAPE_CAPTURE_EVERY", s.to_string());
+        cmd.env(vars::CAPTURE_EVERY, s.to_string());
     }
     if let Some(dir) = cupti_dir {
         let mut paths = vec![dir];
@@ -205,14 +199,8 @@ fn summarize_capture(
             d.trace_entries
         )?;
     }
-    let mut sites: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
-    for seg in &snap.segments {
-        *sites.entry(call_site(snap, seg.frames)).or_default() += seg.total_size;
-    }
-    let mut sites: Vec<(String, u64)> = sites.into_iter().collect();
-    sites.sort_by_key(|s| std::cmp::Reverse(s.1));
     writeln!(o, "alive at exit, by call site:")?;
-    for (site, bytes) in sites.iter().take(8) {
+    for (site, bytes) in capture::sites::bytes_by_call_site(snap).iter().take(8) {
         writeln!(o, "  {:>10}  {site}", fs((*bytes).into()))?;
     }
     Ok(())

@@ -11,6 +11,10 @@ from typing import Any, Optional, Type, Union
 
 from ._cli import MemscapeError
 
+#: Events :func:`record` keeps unless told otherwise: the same as ``memscape capture
+#: --torch`` (``DEFAULT_MAX_ENTRIES`` in capture/src/env.rs, which says why; a test there
+#: fails if the two differ).
+DEFAULT_MAX_ENTRIES = 1_000_000
 #: The recording in progress: PyTorch's recorder is one per process.
 _current: Optional["Recording"] = None
 #: PyTorch has no way to detach an out-of-memory observer: one is attached, once, and it
@@ -110,7 +114,7 @@ def _oom_error(torch: ModuleType) -> Any:
 
 def record(
     path: Union[str, "os.PathLike[str]"],
-    max_entries: int = 100_000,
+    max_entries: int = DEFAULT_MAX_ENTRIES,
     stacks: str = "python",
     dump_on_oom: bool = True,
 ) -> Recording:

@@ -33,6 +33,7 @@ mod model;
 mod read;
 mod value;
 
+pub mod allocator;
 pub mod categories;
 pub mod check;
 /// Fields of the diff's plain structs are named for what they hold (`a`, `b`, `bytes`).

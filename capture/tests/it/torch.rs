@@ -147,3 +147,43 @@ fn a_dump_that_does_not_read_is_named_and_the_capture_is_kept() {
     assert_eq!(std::fs::read(&capture).unwrap(), std::fs::read(data("ours.pickle")).unwrap());
     std::fs::remove_dir_all(&root).unwrap();
 }
+
+/// The Python side names the environment as `memscape_capture::env` does and keeps as many
+/// events by default: the hook reads exactly the variables the launcher sets for it, and the
+/// Python package's `memscape.record` keeps what `memscape capture --torch` keeps. Python
+/// reads both files (its `ast`), so a name spelt otherwise, a variable more or less, or
+/// another default fails here.
+#[test]
+fn the_python_side_names_the_environment_and_the_default_as_the_launcher_does() {
+    let script = r#"
+import ast, sys
+def read(path):
+    tree = ast.parse(open(path).read())
+    names = sorted({n.value for n in ast.walk(tree)
+                    if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.startswith("MEMSCAPE_")})
+    top = {t.id: a.value.value for a in tree.body if isinstance(a, ast.Assign) and isinstance(a.value, ast.Constant)
+           for t in a.targets if isinstance(t, ast.Name)}
+    return names, top
+hook_names, hook = read(sys.argv[1])
+package_names, package = read(sys.argv[2])
+print(" ".join(hook_names))
+print(" ".join(package_names) or "-")
+print(hook["_DEFAULT_MAX_ENTRIES"], package["DEFAULT_MAX_ENTRIES"])
+"#;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let hook = fresh("names").join("sitecustomize.py");
+    std::fs::write(&hook, memscape_capture::torch::SITECUSTOMIZE).unwrap();
+    let out = Command::new("python3")
+        .args(["-c", script])
+        .arg(&hook)
+        .arg(root.join("../python/memscape/_record.py"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut names = memscape_capture::env::TORCH.to_vec();
+    names.sort_unstable();
+    let n = memscape_capture::env::DEFAULT_MAX_ENTRIES;
+    let expected = format!("{}\n-\n{n} {n}\n", names.join(" "));
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), expected);
+    std::fs::remove_dir_all(hook.parent().unwrap()).unwrap();
+}

@@ -21,13 +21,14 @@ use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
 use super::{Category, Class, Why};
+use crate::allocator::MIN_BLOCK;
 use crate::model::{Frame, Snapshot};
 use crate::sites::{has, is_py};
 
 /// Sizes are compared as the allocator rounds them: a block from an old snapshot without its
 /// requested size has its rounded size, a gradient its requested one.
 pub(super) fn size_key(size: u64) -> u64 {
-    size.div_ceil(512) * 512
+    size.div_ceil(MIN_BLOCK) * MIN_BLOCK
 }
 
 /// The optimizer a file names, and where.

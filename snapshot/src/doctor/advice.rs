@@ -3,11 +3,12 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::allocator::{LARGE_BUFFER, ROUND_LARGE, SMALL_BUFFER};
 use crate::categories::{Category, Phase, N};
 use crate::model::PoolId;
 use crate::stats::format_size;
 
-use super::figures::{sum, Layout, PoolKind, LARGE_BUFFER, ROUND_LARGE, SMALL_BUFFER};
+use super::figures::{sum, Layout, PoolKind};
 use super::settings::Settings;
 use super::verdict::Verdict;
 use super::whatif::{Change, WhatIf};

@@ -10,45 +10,15 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::allocator::{is_small, round_size, LARGE_BUFFER, MIN_BLOCK, SMALL_BUFFER, SMALL_SIZE};
 use crate::model::PoolId;
 use crate::state::AllocatorState;
 
 use super::settings::Settings;
 
-/// Requests up to this size use the small pool (`kSmallSize`).
-pub const SMALL_SIZE: u64 = 1 << 20;
-/// Segment size of the small pool (`kSmallBuffer`).
-pub const SMALL_BUFFER: u64 = 2 << 20;
-/// Segment size of the large pool for requests under [`MIN_LARGE_ALLOC`] (`kLargeBuffer`).
-pub const LARGE_BUFFER: u64 = 20 << 20;
-/// Requests from this size get a segment of their own size, rounded to [`ROUND_LARGE`].
-pub const MIN_LARGE_ALLOC: u64 = 10 << 20;
-/// Rounding of large segments (`kRoundLarge`).
-pub const ROUND_LARGE: u64 = 2 << 20;
-/// Rounding of every block (`kMinBlockSize`).
-pub const MIN_BLOCK: u64 = 512;
-
 /// A sum that stops at `u64::MAX` (hostile files can hold sizes that overflow).
 pub fn sum(v: impl Iterator<Item = u64>) -> u64 {
     v.fold(0, u64::saturating_add)
-}
-
-/// A block size as the allocator rounds a request (`round_size`, without
-/// `roundup_power2_divisions`).
-pub fn round_size(requested: u64) -> u64 {
-    requested.max(1).div_ceil(MIN_BLOCK).saturating_mul(MIN_BLOCK)
-}
-
-/// The segment the allocator asks the device for when no cached block fits a request of
-/// `size` bytes (already rounded): `get_allocation_size`.
-pub fn segment_size(size: u64) -> u64 {
-    if size <= SMALL_SIZE {
-        SMALL_BUFFER
-    } else if size < MIN_LARGE_ALLOC {
-        LARGE_BUFFER
-    } else {
-        size.div_ceil(ROUND_LARGE).saturating_mul(ROUND_LARGE)
-    }
 }
 
 /// Which pool a segment or a request belongs to.
@@ -78,7 +48,7 @@ impl PoolKind {
 pub fn request_pool(size: u64, pool: Option<PoolId>) -> (PoolKind, Option<PoolId>) {
     match pool {
         Some(p) if p != (0, 0) => (PoolKind::Private, Some(p)),
-        _ if size <= SMALL_SIZE => (PoolKind::Small, None),
+        _ if is_small(size) => (PoolKind::Small, None),
         _ => (PoolKind::Large, None),
     }
 }

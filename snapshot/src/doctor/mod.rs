@@ -11,6 +11,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::allocator;
 use crate::categories::{self, Categories, CategoryBytes, Compiled, Phase};
 use crate::model::{Action, Snapshot};
 use crate::state::{AllocatorState, StateIndex};
@@ -249,10 +250,10 @@ fn oom(
             .max()
             .unwrap_or(0);
         // Pages of 2 MiB in the small pool, 20 MiB in the large (PyTorch's `ExpandableSegment`).
-        let page = if pool.0 == PoolKind::Small { figures::SMALL_BUFFER } else { figures::LARGE_BUFFER };
+        let page = if pool.0 == PoolKind::Small { allocator::SMALL_BUFFER } else { allocator::LARGE_BUFFER };
         requested.saturating_sub(tail).div_ceil(page).saturating_mul(page)
     } else {
-        figures::segment_size(requested)
+        allocator::segment_size(requested)
     };
     let device_free = t.device_free(entry);
     let (verdict, why) = verdict::decide(&verdict::Inputs {

@@ -8,12 +8,11 @@
 //! stacked in the order they appeared (pre-existing ones at the bottom), and a freed element
 //! lets the ones above slide down.
 
-use std::collections::BTreeMap;
+mod pairing;
 
-use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
-use crate::model::{Action, BlockState, Snapshot, StackId};
+use crate::model::{Snapshot, StackId};
 
 /// Which memory the timeline follows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -519,209 +518,18 @@ pub struct Band {
 }
 
 impl Timeline {
-    /// Lays out the timeline of `device`.
+    /// Lays out the timeline of `device`: its elements paired from the trace (`pairing`), then
+    /// stacked and summed (`finish`).
     pub fn build(snap: &Snapshot, device: usize, kind: TimelineKind) -> Timeline {
-        if kind == TimelineKind::PoolEnvelopes {
-            return crate::pools::envelope_timeline(snap, &Self::build(snap, device, TimelineKind::Blocks)).0;
-        }
-        let trace = snap.trace(device);
-        // The largest vectors are made their size at once (a vector that doubles holds both
-        // copies for a moment, and wasm memory keeps that moment): one element per
-        // allocation, one step per allocation and free (segments: a little more).
-        let (mut n_alloc, mut n_free) = (0usize, 0usize);
-        for i in 0..trace.len() {
-            match (kind, trace.action(i)) {
-                (TimelineKind::Blocks, Action::Alloc)
-                | (TimelineKind::Segments, Action::SegmentAlloc | Action::SegmentMap) => n_alloc += 1,
-                (TimelineKind::Blocks, Action::Free | Action::FreeCompleted)
-                | (TimelineKind::Segments, Action::SegmentFree | Action::SegmentUnmap) => n_free += 1,
-                _ => {}
+        let paired = match kind {
+            TimelineKind::Blocks => pairing::blocks(snap, device),
+            TimelineKind::Segments => pairing::segments(snap, device),
+            TimelineKind::PoolEnvelopes => {
+                return crate::pools::envelope_timeline(snap, &Self::build(snap, device, TimelineKind::Blocks)).0
             }
-        }
-        let mut elements: Vec<Element> = Vec::with_capacity(n_alloc + n_alloc / 64);
-        let mut initial: Vec<u32> = Vec::new();
-        let mut step_entry: Vec<u32> = Vec::with_capacity(n_alloc + n_free);
-        let mut allocs: Vec<u32> = Vec::with_capacity(n_alloc);
-        let new = |addr, size, start, origin, alloc_entry, free_entry, stack| Element {
-            addr,
-            size,
-            start,
-            end: u32::MAX,
-            origin,
-            alloc_entry,
-            free_entry,
-            stack,
-            segment: None,
-            order: 0,
         };
-        match kind {
-            TimelineKind::Blocks | TimelineKind::PoolEnvelopes => {
-                let mut pending: FxHashMap<u64, u32> = FxHashMap::default();
-                for i in 0..trace.len() {
-                    let step = step_entry.len() as u32;
-                    match trace.action(i) {
-                        Action::Alloc => {
-                            let id = elements.len() as u32;
-                            let e = new(
-                                trace.addr(i),
-                                trace.size(i),
-                                step,
-                                Origin::Traced,
-                                Some(i as u32),
-                                None,
-                                trace.frames(i),
-                            );
-                            elements.push(e);
-                            pending.insert(trace.addr(i), id);
-                            allocs.push(id);
-                        }
-                        Action::Free | Action::FreeCompleted => match pending.remove(&trace.addr(i)) {
-                            Some(id) => {
-                                let e = &mut elements[id as usize];
-                                e.end = step;
-                                e.free_entry = Some(i as u32);
-                            }
-                            None => {
-                                let mut e = new(
-                                    trace.addr(i),
-                                    trace.size(i),
-                                    0,
-                                    Origin::UnmatchedFree,
-                                    None,
-                                    Some(i as u32),
-                                    trace.frames(i),
-                                );
-                                e.end = step;
-                                initial.push(elements.len() as u32);
-                                elements.push(e);
-                            }
-                        },
-                        _ => continue,
-                    }
-                    step_entry.push(i as u32);
-                }
-                let n_unmatched = initial.len();
-                for (si, seg) in snap.segments.iter().enumerate().filter(|(_, s)| s.device == device as i64) {
-                    for (b, addr) in seg.blocks.iter().zip(seg.block_addresses()) {
-                        if b.state == BlockState::ActiveAllocated && !pending.contains_key(&addr) {
-                            let mut e = new(addr, b.requested_bytes(), 0, Origin::Snapshot, None, None, b.stack());
-                            e.segment = Some(si as u32);
-                            initial.push(elements.len() as u32);
-                            elements.push(e);
-                        }
-                    }
-                }
-                Self::finish(kind, device, elements, initial, n_unmatched, allocs, step_entry)
-            }
-            TimelineKind::Segments => {
-                let mut pending: BTreeMap<u64, u32> = BTreeMap::new();
-                for i in 0..trace.len() {
-                    let (addr, size) = (trace.addr(i), trace.size(i));
-                    match trace.action(i) {
-                        Action::SegmentAlloc | Action::SegmentMap => {
-                            let id = elements.len() as u32;
-                            let step = step_entry.len() as u32;
-                            elements.push(new(addr, size, step, Origin::Traced, Some(i as u32), None, trace.frames(i)));
-                            pending.insert(addr, id);
-                            allocs.push(id);
-                            step_entry.push(i as u32);
-                        }
-                        Action::SegmentFree => {
-                            let step = step_entry.len() as u32;
-                            match pending.remove(&addr) {
-                                Some(id) => {
-                                    elements[id as usize].end = step;
-                                    elements[id as usize].free_entry = Some(i as u32);
-                                }
-                                None => {
-                                    let mut e = new(
-                                        addr,
-                                        size,
-                                        0,
-                                        Origin::UnmatchedFree,
-                                        None,
-                                        Some(i as u32),
-                                        trace.frames(i),
-                                    );
-                                    e.end = step;
-                                    initial.push(elements.len() as u32);
-                                    elements.push(e);
-                                }
-                            }
-                            step_entry.push(i as u32);
-                        }
-                        Action::SegmentUnmap => {
-                            let end = addr.saturating_add(size);
-                            let before = pending.range(..addr).next_back().map(|(&a, &id)| (a, id));
-                            let mut hit: Vec<(u64, u32)> = pending.range(addr..end).map(|(&a, &id)| (a, id)).collect();
-                            if let Some((a, id)) = before {
-                                if a + elements[id as usize].size > addr {
-                                    hit.insert(0, (a, id));
-                                }
-                            }
-                            if hit.is_empty() {
-                                let step = step_entry.len() as u32;
-                                let mut e =
-                                    new(addr, size, 0, Origin::UnmatchedFree, None, Some(i as u32), trace.frames(i));
-                                e.end = step;
-                                initial.push(elements.len() as u32);
-                                elements.push(e);
-                                step_entry.push(i as u32);
-                            }
-                            for (a, id) in hit {
-                                pending.remove(&a);
-                                let step = step_entry.len() as u32;
-                                let (e_addr, e_end) = (a, a + elements[id as usize].size);
-                                elements[id as usize].end = step;
-                                elements[id as usize].free_entry = Some(i as u32);
-                                step_entry.push(i as u32);
-                                // The parts of the element outside the unmapped range stay mapped.
-                                for (lo, hi) in [(e_addr, addr.max(e_addr)), (end.min(e_end), e_end)] {
-                                    if hi > lo {
-                                        let nid = elements.len() as u32;
-                                        let step = step_entry.len() as u32;
-                                        let stack = elements[id as usize].stack;
-                                        elements.push(new(
-                                            lo,
-                                            hi - lo,
-                                            step,
-                                            Origin::Traced,
-                                            Some(i as u32),
-                                            None,
-                                            stack,
-                                        ));
-                                        pending.insert(lo, nid);
-                                        allocs.push(nid);
-                                        step_entry.push(i as u32);
-                                    }
-                                }
-                            }
-                        }
-                        _ => {}
-                    }
-                }
-                let n_unmatched = initial.len();
-                for (si, seg) in snap.segments.iter().enumerate().filter(|(_, s)| s.device == device as i64) {
-                    let size = if seg.is_expandable == Some(true) {
-                        let end = seg.address.saturating_add(seg.total_size);
-                        let covered: u64 =
-                            pending.range(seg.address..end).map(|(_, &id)| elements[id as usize].size).sum();
-                        seg.total_size.saturating_sub(covered)
-                    } else if pending.contains_key(&seg.address) {
-                        0
-                    } else {
-                        seg.total_size
-                    };
-                    if size > 0 {
-                        let mut e = new(seg.address, size, 0, Origin::Snapshot, None, None, seg.frames);
-                        e.segment = Some(si as u32);
-                        initial.push(elements.len() as u32);
-                        elements.push(e);
-                    }
-                }
-                Self::finish(kind, device, elements, initial, n_unmatched, allocs, step_entry)
-            }
-        }
+        let pairing::Paired { elements, initial, n_unmatched, allocs, step_entry } = paired;
+        Self::finish(kind, device, elements, initial, n_unmatched, allocs, step_entry)
     }
 
     /// A timeline over the same steps as `self` with other elements: `initial` alive before
@@ -737,6 +545,8 @@ impl Timeline {
         Self::finish(kind, self.device, elements, initial, n_unmatched, allocs, self.step_entry.clone())
     }
 
+    /// Stacks the elements (`initial` below, in reverse, then `allocs` in order) and sums the
+    /// totals of every step.
     fn finish(
         kind: TimelineKind,
         device: usize,

@@ -14,12 +14,17 @@
 //! site (alive from the forward pass to the end of the step), whose randomness is its own so
 //! that two runs with and without it differ by exactly that.
 
+mod training;
+
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::allocator::{is_small, round_large, round_size, segment_size, should_split};
 use crate::categories::{Category, N};
 use crate::intern::StrId;
-use crate::model::{Action, Annotation, Block, BlockState, Entry, FrameId, Segment, Snapshot, StackId, Trace};
+use crate::model::{Action, Block, BlockState, Entry, FrameId, Segment, Snapshot, StackId, Trace};
 use crate::value::Value;
+
+use training::{run_training, Names};
 
 /// What to generate.
 #[derive(Clone, Debug)]
@@ -221,12 +226,6 @@ impl Rng {
     }
 }
 
-const SMALL_SIZE: u64 = 1 << 20;
-const SMALL_BUFFER: u64 = 2 << 20;
-const LARGE_BUFFER: u64 = 20 << 20;
-const MIN_LARGE_ALLOC: u64 = 10 << 20;
-const ROUND_LARGE: u64 = 2 << 20;
-const MIN_BLOCK: u64 = 512;
 const STREAM: i64 = 0;
 
 #[derive(Clone, Debug)]
@@ -333,10 +332,6 @@ impl Allocator {
         }
     }
 
-    fn round(size: u64) -> u64 {
-        size.max(1).div_ceil(MIN_BLOCK) * MIN_BLOCK
-    }
-
     fn free_set(&mut self, small: bool) -> &mut BTreeSet<(u64, u64)> {
         if small {
             &mut self.free_small
@@ -374,19 +369,13 @@ impl Allocator {
     }
 
     fn malloc(&mut self, requested: u64, stack: StackId, cat: Category, rng: &mut Rng) -> Option<u64> {
-        let size = Self::round(requested);
-        let small = size <= SMALL_SIZE;
+        let size = round_size(requested);
+        let small = is_small(size);
         let found = self.free_set(small).range((size, 0)..).next().copied();
         let (bsize, addr) = match found {
             Some(f) => f,
             None => {
-                let seg_size = if small {
-                    SMALL_BUFFER
-                } else if size < MIN_LARGE_ALLOC {
-                    LARGE_BUFFER
-                } else {
-                    size.div_ceil(ROUND_LARGE) * ROUND_LARGE
-                };
+                let seg_size = segment_size(size);
                 if self.reserved + seg_size > self.capacity {
                     self.release_cached(stack, rng);
                 }
@@ -395,7 +384,7 @@ impl Allocator {
                     return None;
                 }
                 let addr = self.next_addr;
-                self.next_addr += seg_size.div_ceil(ROUND_LARGE) * ROUND_LARGE;
+                self.next_addr += round_large(seg_size);
                 self.reserved += seg_size;
                 let mut blocks = BTreeMap::new();
                 blocks.insert(
@@ -412,7 +401,7 @@ impl Allocator {
         let seg_addr = self.seg_of(addr)?;
         let seg = self.segments.get_mut(&seg_addr)?;
         let remaining = bsize - size;
-        let split = if small { remaining >= MIN_BLOCK } else { remaining > SMALL_SIZE };
+        let split = should_split(small, remaining);
         let used = if split { size } else { bsize };
         let kept = Some(stack).filter(|_| self.recording || self.frames_unrecorded);
         seg.blocks.insert(addr, SimBlock { size: used, requested, allocated: true, pending: false, stack: kept });
@@ -732,277 +721,6 @@ pub fn generate_with_truth(opts: &Options) -> (Snapshot, Truth) {
     snap.external_annotations = Some(annotations);
     snap.allocator_settings = Some(allocator_settings());
     (snap, truth)
-}
-
-struct Names {
-    start: StrId,
-    end: StrId,
-    zero_grad: StrId,
-    step: StrId,
-}
-
-fn annotate(out: &mut Vec<Annotation>, names: &Names, start: bool, name: StrId, device: usize, time_us: i64) {
-    out.push(Annotation {
-        stage: if start { names.start } else { names.end },
-        name,
-        device: device as i64,
-        time_us,
-        extras: Vec::new(),
-    });
-}
-
-/// Runs the simulated training loop on one device; returns the complete iterations.
-fn run_training(
-    a: &mut Allocator,
-    opts: &Options,
-    sites: &Sites,
-    names: &Names,
-    target: usize,
-    rng: &mut Rng,
-    annotations: &mut Vec<Annotation>,
-) -> usize {
-    let layers = opts.layers.max(1);
-    let h = opts.hidden.max(64);
-    let act_bytes = opts.tokens.max(1) * h * 2;
-    // Intermediates the size of an activation (forward temporaries, autograd's buffers): in
-    // bf16 too, when the activations are (the what-if predictions assume they do not change).
-    let act_temp = if opts.bf16_activations { act_bytes / 2 } else { act_bytes };
-    // Planted allocations draw on their own randomness and do not count against the
-    // target, so that a run with them differs from one without only by them.
-    let mut planted_rng = Rng(opts.seed ^ 0x5eed_1ea4);
-    let mut planted = |a: &mut Allocator, f: &mut dyn FnMut(&mut Allocator, &mut Rng) -> Option<u64>| {
-        let before = a.trace.len();
-        let p = f(a, &mut planted_rng);
-        a.planted += a.trace.len() - before;
-        p
-    };
-    // Parameters exist before recording starts, as in most real captures; after a warm-up
-    // step, the optimizer's state too, both without frames.
-    a.frames_unrecorded = opts.warmup_steps == 0;
-    let mut params = Vec::new();
-    let mut shapes = Vec::new();
-    for l in 0..layers {
-        for (rows, cols) in [(h, 3 * h), (h, h), (h, 4 * h), (4 * h, h), (1, h), (1, h)] {
-            if let Some(p) = a.malloc(rows * cols * 4, sites.param[l], Category::Parameter, rng) {
-                params.push((p, rows * cols * 4, l));
-                shapes.push((rows, cols));
-            }
-        }
-    }
-    // The optimizer's state tensors per parameter, in bytes.
-    let state_of = |(rows, cols): (u64, u64)| -> Vec<u64> {
-        let n = rows * cols;
-        match opts.optimizer {
-            OptimizerKind::AdamW | OptimizerKind::Adam => vec![n * 4, n * 4],
-            OptimizerKind::SgdMomentum => vec![n * 4],
-            OptimizerKind::Sgd => Vec::new(),
-            OptimizerKind::Adam8bit => vec![n, n, n.div_ceil(2048) * 4, n.div_ceil(2048) * 4],
-            OptimizerKind::Adafactor if rows > 1 && cols > 1 => vec![rows * 4, cols * 4],
-            OptimizerKind::Adafactor => vec![n * 4],
-        }
-    };
-    // `record_function` annotations, as PyTorch keeps them: only while recording.
-    let mark = |a: &Allocator, annotations: &mut Vec<Annotation>, start: bool, name: StrId| {
-        if a.recording && opts.annotations {
-            annotate(annotations, names, start, name, a.device, a.time_us);
-        }
-    };
-    a.recording = opts.warmup_steps == 0;
-    let mut optim_state: Vec<u64> = Vec::new();
-    let mut grads: Vec<u64> = Vec::new();
-    let mut iteration = 0u64;
-    let mut complete = 0;
-    let zero_grad = |a: &mut Allocator, grads: &mut Vec<u64>, rng: &mut Rng, annotations: &mut Vec<Annotation>| {
-        mark(a, annotations, true, names.zero_grad);
-        a.context = Some(sites.in_zero_grad);
-        for g in grads.drain(..) {
-            a.free(g, false, rng);
-        }
-        mark(a, annotations, false, names.zero_grad);
-    };
-    while a.entries() < target {
-        iteration += 1;
-        if iteration as usize > opts.warmup_steps {
-            a.recording = true;
-        }
-        if !opts.zero_grad_after_forward {
-            zero_grad(a, &mut grads, rng, annotations);
-        }
-        a.context = Some(sites.in_loop);
-        let input = a.malloc(opts.tokens * 8, sites.input, Category::Input, rng);
-        a.context = Some(sites.in_forward);
-        let extra = if opts.extra_activation_bytes > 0 {
-            planted(a, &mut |a, r| a.malloc(opts.extra_activation_bytes, sites.extra, Category::Activation, r))
-        } else {
-            None
-        };
-        // Forward: each layer keeps some activations for backward and frees temporaries.
-        let mut saved: Vec<Vec<u64>> = Vec::new();
-        // With checkpointing: what each layer makes again in backward (site, bytes).
-        let mut dropped: Vec<Vec<(StackId, u64)>> = Vec::new();
-        for l in 0..layers {
-            let mut keep = Vec::new();
-            let mut again = Vec::new();
-            for (k, &site) in sites.act[l * 3..l * 3 + 3].iter().enumerate() {
-                let jitter = rng.below(64) * 512 + rng.below(128) * 4;
-                let mut bytes = act_bytes * (1 + k as u64 % 2) + jitter;
-                if opts.bf16_activations {
-                    bytes /= 2;
-                }
-                if let Some(x) = a.malloc(bytes, site, Category::Activation, rng) {
-                    keep.push(x);
-                    if k > 0 {
-                        again.push((site, bytes));
-                    }
-                }
-            }
-            for &site in &sites.temp[l * 3..l * 3 + 3] {
-                let n = 1 + rng.below(3);
-                let mut tmp = Vec::new();
-                for _ in 0..n {
-                    let size = if rng.below(4) == 0 { act_temp / 2 } else { 256 << rng.below(12) };
-                    if let Some(x) = a.malloc(size, site, Category::Temporary, rng) {
-                        tmp.push(x);
-                    }
-                }
-                for x in tmp {
-                    a.free(x, false, rng);
-                }
-            }
-            if opts.checkpointing {
-                // The layer's input stays; the rest goes until backward makes it again.
-                for x in keep.drain(1..) {
-                    a.free(x, false, rng);
-                }
-            } else {
-                again.clear();
-            }
-            saved.push(keep);
-            dropped.push(again);
-            if a.entries() >= target && iteration > 1 {
-                break;
-            }
-        }
-        let loss = a.malloc(4, sites.loss, Category::Activation, rng);
-        if opts.end_in_forward && a.recording {
-            break;
-        }
-        if opts.leak_bytes > 0 {
-            // `history.append(logits)`: kept by the program, never freed.
-            planted(a, &mut |a, r| a.malloc(opts.leak_bytes, sites.leak, Category::Activation, r));
-        }
-        if opts.oom_every_iteration {
-            a.malloc(opts.capacity_bytes, sites.act[0], Category::Activation, rng);
-        }
-        if opts.zero_grad_after_forward {
-            zero_grad(a, &mut grads, rng, annotations);
-        }
-        // Backward: gradients appear, activations go.
-        a.context = Some(sites.in_backward);
-        for l in (0..saved.len()).rev() {
-            for &(site, bytes) in &dropped[l] {
-                if let Some(x) = a.malloc(bytes, site, Category::Activation, rng) {
-                    saved[l].push(x);
-                }
-            }
-            if !dropped[l].is_empty() {
-                // Recomputing the layer makes its intermediates again (which the prediction of
-                // checkpointing does not count).
-                if let Some(t) = a.malloc(act_temp / 2, sites.temp[l * 3], Category::Temporary, rng) {
-                    a.free(t, false, rng);
-                }
-            }
-            for &(_, bytes, pl) in params.iter().filter(|p| p.2 == l) {
-                if let Some(g) = a.malloc(bytes, sites.grad[pl], Category::Gradient, rng) {
-                    grads.push(g);
-                }
-            }
-            let tmp = a.malloc(act_temp, sites.bwd_temp, Category::AutogradDetail, rng);
-            for x in saved[l].drain(..) {
-                a.free(x, false, rng);
-            }
-            if let Some(t) = tmp {
-                a.free(t, false, rng);
-            }
-        }
-        if let Some(l) = loss {
-            a.free(l, false, rng);
-        }
-        a.context = Some(sites.in_loop);
-        if let Some(i) = input {
-            a.free(i, true, rng);
-        }
-        a.process_pending(rng);
-        // Optimizer step: AdamW state at the first step, temporaries every step.
-        mark(a, annotations, true, names.step);
-        a.context = Some(sites.in_step);
-        if optim_state.is_empty() {
-            for &shape in &shapes {
-                for bytes in state_of(shape) {
-                    if let Some(s) = a.malloc(bytes, sites.optim_state, Category::OptimizerState, rng) {
-                        optim_state.push(s);
-                    }
-                }
-            }
-        }
-        for chunk in params.chunks(8) {
-            let bytes: u64 = chunk.iter().map(|p| p.1).sum();
-            if let Some(t) = a.malloc(bytes, sites.optim_temp, Category::Temporary, rng) {
-                a.free(t, false, rng);
-            }
-        }
-        mark(a, annotations, false, names.step);
-        complete += usize::from(a.recording);
-        a.context = Some(sites.in_loop);
-        if let Some(x) = extra {
-            planted(a, &mut |a, r| {
-                a.free(x, false, r);
-                None
-            });
-        }
-    }
-    // One free still waits on a side stream when the snapshot is taken.
-    if let Some(t) = a.malloc(act_bytes, sites.temp[0], Category::Temporary, rng) {
-        a.free(t, true, rng);
-    }
-    if opts.oom {
-        a.malloc(opts.capacity_bytes, sites.act[0], Category::Activation, rng);
-    }
-    if opts.fragmentation_oom {
-        fragment(a, sites, rng);
-    }
-    complete
-}
-
-/// Ends with an allocation that fails for fragmentation: a segment carved into equal pieces
-/// every other one of which is freed (free blocks each half the request, together more than
-/// it), then the device filled, then a request of two pieces.
-fn fragment(a: &mut Allocator, sites: &Sites, rng: &mut Rng) {
-    a.context = Some(sites.in_loop);
-    let largest = a.free_large.iter().map(|f| f.0).max().unwrap_or(0);
-    // Larger than any free block, so the pieces come from the new segment only.
-    let piece = (largest + 1).next_power_of_two().max(64 << 20);
-    a.release_cached(sites.in_loop, rng);
-    let room = a.capacity.saturating_sub(a.reserved);
-    let n = (room / piece).saturating_sub(2).min(8) & !1;
-    if n < 4 {
-        return;
-    }
-    if let Some(whole) = a.malloc(n * piece, sites.act[0], Category::Temporary, rng) {
-        a.free(whole, false, rng);
-    }
-    let pieces: Vec<u64> = (0..n).filter_map(|_| a.malloc(piece, sites.act[1], Category::Activation, rng)).collect();
-    for &p in pieces.iter().step_by(2) {
-        a.free(p, false, rng);
-    }
-    // Fill the device: what is left, in one segment of its own.
-    let fill = a.capacity.saturating_sub(a.reserved) / ROUND_LARGE * ROUND_LARGE;
-    let filler = if fill >= MIN_LARGE_ALLOC { a.malloc(fill, sites.act[2], Category::Activation, rng) } else { None };
-    a.malloc(2 * piece, sites.act[0], Category::Activation, rng);
-    // The program catches the error and lets go of the filler and the pieces.
-    for p in filler.into_iter().chain(pieces.iter().skip(1).step_by(2).copied()) {
-        a.free(p, false, rng);
-    }
 }
 
 fn allocator_settings() -> Value {
