@@ -85,9 +85,9 @@ test('a worker whose wasm cannot start says so on the page, instead of leaving a
         const page = await ctx.newPage();
         await page.goto(srv.url);
         await page.waitForFunction(() => document.querySelector('#error')?.textContent.includes('cs336-fullstep.pickle'), null, { timeout: 60000 });
-        release();
         assert.match(await page.locator('#error').textContent(), /cs336-fullstep\.pickle: the viewer's worker for this file stopped \(.*CompileError/);
         if (held) assert.equal(await page.evaluate(() => window.memscapeEarly.blob), null, 'the worker failed before the example came');
+        release();
         const f = 'pt20-flexgen-opt1.3b-history.pickle';
         await page.setInputFiles('#file-input', join(CORPUS, f));
         await page.waitForFunction(n => document.querySelector('#error')?.textContent.includes(n), f, { timeout: 60000 });
