@@ -80,9 +80,10 @@ export async function statsOf(page) {
     .map(tr => [tr.dataset.key, Number(tr.dataset.value)])));
 }
 
-// In the page: a hash of the canvas `id`'s pixels and how many differ from its background
-// (its top-left pixel).
-const readCanvas = id => {
+// In the page: the canvas `id`'s pixels, `{ hash, painted }` (a hash of them, and how many
+// differ from its background, its top-left pixel); with `want`, whether they are as it says
+// (`canvasWhen`).
+const readCanvas = ([id, want]) => {
   const c = document.getElementById(id);
   const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
   let hash = 2166136261, painted = 0;
@@ -90,13 +91,15 @@ const readCanvas = id => {
     hash = Math.imul(hash ^ (d[i] | d[i + 1] << 8 | d[i + 2] << 16 | d[i + 3] << 24), 16777619) >>> 0;
     if (Math.abs(d[i] - d[0]) + Math.abs(d[i + 1] - d[1]) + Math.abs(d[i + 2] - d[2]) > 30) painted++;
   }
-  return { hash, painted };
+  if (!want) return { hash, painted };
+  return (want.above === undefined || painted > want.above) && (want.not === undefined || hash !== want.not)
+    && (want.is === undefined || hash === want.is);
 };
 
 /** The canvas `id`'s pixels: `{ hash, painted }`, a fingerprint (to tell whether its
  * picture changed) and how many differ from its background. */
 export function pixels(page, id) {
-  return page.evaluate(readCanvas, id);
+  return page.evaluate(readCanvas, [id, null]);
 }
 
 /** How many pixels of the canvas `id` differ from its background (its top-left pixel). */
@@ -109,11 +112,11 @@ export async function pixelHash(page, id) {
   return (await pixels(page, id)).hash;
 }
 
-/** Waits until the canvas `id`'s `pixels` satisfy `test(pixels, arg)` (run in the page):
- * its picture drawn, or changed. */
-export async function canvasWhen(page, id, test, arg = null) {
-  await page.waitForFunction(`(${test})((${readCanvas})(${JSON.stringify(id)}), ${JSON.stringify(arg)})`, null,
-    { timeout: 30000, polling: 100 });
+/** Waits until the canvas `id`'s picture is as `want` says: more than `above` pixels painted,
+ * a hash `not` the one given (changed) or that `is` it. (A function, not a string: the page's
+ * CSP forbids the `eval` that a string would be polled with.) */
+export async function canvasWhen(page, id, want) {
+  await page.waitForFunction(readCanvas, [id, want], { timeout: 30000, polling: 100 });
 }
 
 /** Two animation frames: what the page drew before this is on screen. */

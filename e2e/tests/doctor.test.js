@@ -144,7 +144,7 @@ test('a ticked what-if prediction is drawn on the category chart', async () => {
   await page.click('#mode-categories');
   await page.waitForFunction(p => document.querySelector('#breakdown tr[data-category="total"] td')?.textContent.includes(`(${p} bytes)`),
     report.peak.peak_bytes, { timeout: 30000 });
-  await canvasWhen(page, 'categories', p => p.painted > 1000);
+  await canvasWhen(page, 'categories', { above: 1000 });
   const plain = await pixels('categories');
   await page.click('#mode-doctor');
   await page.waitForSelector('#what-if tr.what-if');
@@ -152,7 +152,7 @@ test('a ticked what-if prediction is drawn on the category chart', async () => {
   assert.equal(Number(await row.getAttribute('data-peak')), report.what_if.find(w => w.key === 'batch:x2').predicted_peak_bytes);
   await row.locator('input').check();
   await page.click('#mode-categories');
-  await canvasWhen(page, 'categories', (p, h) => p.hash !== h, plain);
+  await canvasWhen(page, 'categories', { not: plain });
   const withLine = await pixels('categories');
   assert.notEqual(withLine, plain, 'the predicted peak is drawn');
   // batch x 2 predicts more than the peak: the axis now ends above it, and the line (dashed,
@@ -162,7 +162,7 @@ test('a ticked what-if prediction is drawn on the category chart', async () => {
   await page.click('#mode-doctor');
   await page.locator('#what-if tr.what-if[data-key="batch:x2"] input').uncheck();
   await page.click('#mode-categories');
-  await canvasWhen(page, 'categories', (p, h) => p.hash !== h, withLine);
+  await canvasWhen(page, 'categories', { not: withLine });
   assert.ok(await darkTopRow() < 0.05, `no line once unticked: ${await darkTopRow()}`);
 });
 

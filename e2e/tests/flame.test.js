@@ -22,20 +22,25 @@ const pixels = () => pixelHash(page, 'flame');
 const shot = name => shotOf(page, name, { fullPage: true });
 
 // In the page: what the flame graph shows: its total, step, search hits and focused node.
-const read = () => {
+// With `want`, whether it is as `want` says (`until`): each key's value equal, a `!key`'s
+// different, more hits than `hitsAbove`, a total whose words start with `textStarts`; not while
+// the graph is being made again, without its total.
+const state = ([want]) => {
   const t = document.querySelector('#flame-total'), c = document.querySelector('#flame');
-  return { bytes: Number(t.dataset.bytes), step: t.dataset.step, text: t.textContent, hits: Number(c.dataset.hits),
+  if (want && !(t && c)) return false;
+  const s = { bytes: Number(t.dataset.bytes), step: t.dataset.step, text: t.textContent, hits: Number(c.dataset.hits),
     focus: c.dataset.focus, crumbs: document.querySelectorAll('#flame-crumbs .crumb').length };
+  if (!want) return s;
+  return Object.entries(want).every(([k, v]) => (k === 'hitsAbove' ? s.hits > v : k === 'textStarts' ? s.text.startsWith(v)
+    : k.startsWith('!') ? s[k.slice(1)] !== v : s[k] === v));
 };
-const shown = () => page.evaluate(read);
+const shown = () => page.evaluate(state, [null]);
 
-/** Waits until `f(shown(), arg)` holds (`f` runs in the page; not while the graph is being
- * made again, without its total), and that answer is drawn (the canvas with the data it
- * carries). */
-async function until(f, what, arg = null) {
+/** Waits until the flame graph is as `want` says (`state`), and that answer is drawn (the
+ * canvas with the data it carries). */
+async function until(want, what) {
   try {
-    await page.waitForFunction(`(() => { try { return (${f})((${read})(), ${JSON.stringify(arg)}); } catch { return false; } })()`,
-      null, { timeout: 60000 });
+    await page.waitForFunction(state, [want], { timeout: 60000 });
   } catch (e) {
     assert.fail(`waiting for ${what}: ${e.message.split('\n')[0]}; shown: ${JSON.stringify(await shown())}`);
   }
@@ -97,13 +102,13 @@ test('hovering shows a frame with its bytes and share; a click zooms into it and
   const before = await shown();
   const picture = await pixels();
   await page.mouse.click(box.x + 12, box.y + ROW * 2.5);
-  const zoomed = await until((s, focus) => s.focus !== focus, 'the zoom', before.focus);
+  const zoomed = await until({ '!focus': before.focus }, 'the zoom');
   assert.equal(zoomed.crumbs, 3, 'all > the script > the frame clicked');
   assert.doesNotMatch(zoomed.focus, /^all/);
   assert.notEqual(await pixels(), picture);
   await shot('32-flame-zoomed');
   await page.click('#flame-crumbs .crumb >> nth=0');
-  const back = await until((s, focus) => s.focus === focus, 'the way back', before.focus);
+  const back = await until({ focus: before.focus }, 'the way back');
   assert.equal(back.crumbs, 1);
   await page.mouse.move(0, 0);
   await painted(page);
@@ -114,20 +119,20 @@ test('a search highlights the frames it matches', async () => {
   const picture = await pixels();
   await page.fill('#flame-search', 'adapters.py');
   await page.press('#flame-search', 'Enter');
-  const s = await until(x => x.hits > 0, 'search hits');
+  const s = await until({ hitsAbove: 0 }, 'search hits');
   assert.ok(s.hits > 5, `${s.hits} frames`);
   assert.notEqual(await pixels(), picture);
   await shot('33-flame-search');
   await page.fill('#flame-search', '');
   await page.press('#flame-search', 'Enter');
-  await until(x => x.hits === 0, 'the search cleared');
+  await until({ hits: 0 }, 'the search cleared');
 });
 
 test('the bytes x lifetime mode weighs the window and draws another picture', async () => {
   const at = await shown();
   const picture = await pixels();
   await page.check('#flame-lifetime');
-  const s = await until(x => x.text.startsWith('bytes × lifetime'), 'the lifetime mode');
+  const s = await until({ textStarts: 'bytes × lifetime' }, 'the lifetime mode');
   assert.match(s.text, /over steps 0\.\.\d+: .*·steps \(on average .* alive\)/);
   assert.ok(s.bytes > at.bytes * 1000, 'byte-steps over the whole trace');
   assert.notEqual(await pixels(), picture);
@@ -135,7 +140,7 @@ test('the bytes x lifetime mode weighs the window and draws another picture', as
   assert.equal(unit, 'bytes × steps');
   await shot('34-flame-lifetime');
   await page.uncheck('#flame-lifetime');
-  await until((x, bytes) => x.bytes === bytes, 'back to the peak', at.bytes);
+  await until({ bytes: at.bytes }, 'back to the peak');
 });
 
 test('a click on the category chart chooses the step; Peak goes back', async () => {
@@ -148,12 +153,12 @@ test('a click on the category chart chooses the step; Peak goes back', async () 
   const step = (await page.textContent('#breakdown tr th:nth-child(3)')).match(/at step (\d+)/)[1];
   const total = await page.textContent('#breakdown tr[data-category=total] td:nth-child(3)');
   await page.click('#mode-flame');
-  const s = await until((x, step) => x.step === step, 'the chosen step', step);
+  const s = await until({ step }, 'the chosen step');
   assert.equal(s.text.split(' alive')[0], total, 'the root is the category chart\'s total at that step');
   assert.ok(s.bytes < at.bytes);
   await shot('35-flame-chosen-step');
   await page.click('#flame-peak');
-  await until((x, at) => x.step === at.step && x.bytes === at.bytes, 'the peak again', at);
+  await until({ step: at.step, bytes: at.bytes }, 'the peak again');
 });
 
 test('a click on a line of code shows its allocations highlighted on the timeline', async () => {

@@ -63,7 +63,7 @@ async function categories(name) {
   await page.click('#mode-categories');
   await page.waitForFunction(() => document.querySelector('#breakdown tr[data-category="total"]'), null, { timeout: 30000 });
   // The chart is drawn from the same answer as the table.
-  await canvasWhen(page, 'categories', p => p.painted > 1000);
+  await canvasWhen(page, 'categories', { above: 1000 });
   assert.equal(await page.locator('.tab.active .tab-name').textContent(), name);
 }
 
@@ -97,12 +97,12 @@ test('the category view of the example: stacked areas, legend toggles, breakdown
   const full = await pixels('categories');
   assert.ok(full.painted > 50000, `painted ${full.painted}`);
   await page.uncheck('#legend-optimizer_state');
-  await canvasWhen(page, 'categories', (p, h) => p.hash !== h, full.hash);
+  await canvasWhen(page, 'categories', { not: full.hash });
   const without = await pixels('categories');
   assert.notEqual(without.hash, full.hash, 'hiding a category changes the chart');
   assert.ok(without.painted < full.painted);
   await page.check('#legend-optimizer_state');
-  await canvasWhen(page, 'categories', (p, h) => p.hash === h, full.hash);
+  await canvasWhen(page, 'categories', { is: full.hash });
   assert.equal((await pixels('categories')).hash, full.hash);
 
   // A click selects a step: its breakdown adds up to the total there.
@@ -244,7 +244,7 @@ test('comparing files: overview per file, the diff of two, alignment and call-si
   for (const align of ['time', 'event', 'annotation']) {
     await page.selectOption('#align', align);
     await page.waitForFunction(al => document.querySelector('#diff-axis')?.dataset.align === al, align);
-    await canvasWhen(page, 'diff-chart', (p, h) => p.hash !== h, byIteration.hash);
+    await canvasWhen(page, 'diff-chart', { not: byIteration.hash });
     const px = await pixels('diff-chart');
     assert.notEqual(px.hash, byIteration.hash, `aligned by ${align}, the chart changes`);
     assert.equal(await top.getAttribute('data-site'), extra.site);

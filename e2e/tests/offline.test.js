@@ -51,7 +51,7 @@ async function checkFigures(page, corpusName, device = 0) {
     assert.equal(got['timeline.elements'], viz.active_memory_timeline.elements);
   }
   // The file's picture (a file opened after the first is drawn when its worker answers).
-  await canvasWhen(page, 'timeline', p => p.painted > 10000);
+  await canvasWhen(page, 'timeline', { above: 10000 });
   const drawn = await paintedPixels(page);
   assert.ok(drawn > 10000, `timeline drawn (${drawn} pixels)`);
 }

@@ -38,7 +38,7 @@ async function categories() {
   await page.waitForFunction(() => document.querySelector('#breakdown tr[data-category="total"]') && document.querySelector('#budget-terms'),
     null, { timeout: 30000 });
   // Its chart, for the screenshot.
-  await canvasWhen(page, 'categories', p => p.painted > 1000);
+  await canvasWhen(page, 'categories', { above: 1000 });
 }
 
 before(async () => {

@@ -49,7 +49,7 @@ async function firstDraw(n, p = page) {
 }
 
 /** Waits until the canvas `id` has more than `min` pixels painted (its picture drawn). */
-const drawn = (id, min) => canvasWhen(page, id, (p, min) => p.painted > min, min);
+const drawn = (id, min) => canvasWhen(page, id, { above: min });
 
 /** Opens `path` through the file input as the tab `name`, once its first picture is drawn. */
 async function openFile(path, name) {
@@ -671,7 +671,7 @@ test('shortcuts overlay, PNG export, segment view and the URL restore the view',
   // The segments' picture, and their totals in the minimap (an answer of its own).
   const m0 = await pixels('minimap');
   await redrawn(page, () => page.locator('#kind').selectOption('segments'));
-  await canvasWhen(page, 'minimap', (p, h) => p.hash !== h, m0.hash);
+  await canvasWhen(page, 'minimap', { not: m0.hash });
   await shot('10-segments');
   assert.equal((await hash()).kind, 'segments');
   await redrawn(page, () => page.locator('#kind').selectOption('blocks'));
