@@ -13,7 +13,7 @@ import { execFileSync } from 'node:child_process';
 import { statSync, existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
-import { serve, browser, whenCoresIdle, ROOT } from './harness.js';
+import { serve, browser, whenCoresIdle, hovered, ROOT } from './harness.js';
 
 const args = process.argv.slice(2);
 const sizes = (args[args.indexOf('--sizes') + 1] && args.includes('--sizes') ? args[args.indexOf('--sizes') + 1] : '100M,1G').split(',');
@@ -95,18 +95,19 @@ for (const size of sizes) {
     await page.waitForFunction(n => (window.memscapeTimings || []).filter(x => x[0] === 'frame').length > n, n, { timeout: 120000 });
   }
   await page.evaluate(() => { window.memscapeTimings = []; });
+  // Sixty places over the plot, each answered before the next.
   for (let i = 0; i < 60; i++) {
-    await page.mouse.move(box.x + 90 + (box.width - 110) * ((i * 37) % 60) / 60, box.y + 80 + (box.height - 120) * ((i * 17) % 60) / 60);
-    await page.waitForTimeout(15);
+    await hovered(page, box.x + 90 + (box.width - 110) * ((i * 37) % 60) / 60, box.y + 80 + (box.height - 120) * ((i * 17) % 60) / 60);
   }
-  await page.waitForTimeout(1500);
   const details = [firstHover, ...(await timings('details'))];
 
   // Selecting events anywhere in the trace.
   const total = Number((await page.locator('#events-panel h2').textContent()).match(/\d+/)[0]);
   for (let i = 1; i <= 12; i++) {
+    // The rows of the place scrolled to, once the worker has sent them (a new first row).
+    const first = await page.locator('#events .row').first().getAttribute('data-entry');
     await page.locator('#events').evaluate((el, f) => { el.scrollTop = (el.scrollHeight - el.clientHeight) * f; }, i / 13);
-    await page.waitForTimeout(120);
+    await page.waitForFunction(f => document.querySelector('#events .row')?.dataset.entry !== f, first, { timeout: 120000 });
     await page.locator('#events .row').nth(3).click();
     await page.waitForFunction(n => (window.memscapeTimings || []).filter(x => x[0] === 'state').length >= n, i);
   }

@@ -2,14 +2,39 @@
 // every request, and a Chromium launched the way this machine allows (no downloads).
 import { createServer } from 'node:http';
 import { readFile, mkdtemp } from 'node:fs/promises';
-import { readFileSync } from 'node:fs';
+import { readFileSync, existsSync, mkdirSync } from 'node:fs';
 import { join, extname, resolve } from 'node:path';
 import { tmpdir } from 'node:os';
 import { chromium } from 'playwright-core';
 
 export const ROOT = resolve(import.meta.dirname, '..');
 export const DIST = process.env.MEMSCAPE_DIST || join(ROOT, 'dist');
-export const CORPUS = resolve(ROOT, process.env.MEMSCAPE_CORPUS || '../shared/corpus');
+export const SHOTS = join(ROOT, 'e2e', 'screenshots');
+export const MEMSCAPE = join(ROOT, 'target', 'debug', 'memscape');
+
+// The snapshot corpus: MEMSCAPE_CORPUS, else the full one beside the checkout, else the eight
+// files the repository may carry (testdata/corpus/SOURCES.md).
+const FULL = resolve(ROOT, '../shared/corpus');
+const COMMITTED = join(ROOT, 'testdata', 'corpus');
+export const CORPUS = process.env.MEMSCAPE_CORPUS ? resolve(ROOT, process.env.MEMSCAPE_CORPUS)
+  : existsSync(FULL) ? FULL : COMMITTED;
+/** Whether the corpus may lack files of the full one (a test that needs one then skips). */
+export const PARTIAL = process.env.MEMSCAPE_CORPUS_PARTIAL === '1' || CORPUS === COMMITTED;
+
+/** Whether the corpus holds every file of `names`. Where it is partial and one is missing,
+ * the test `t` is marked skipped, naming it, and the caller returns; in the full corpus a
+ * missing file is left to fail where it is read. */
+export function needs(t, ...names) {
+  const missing = names.filter(n => !existsSync(join(CORPUS, n)));
+  if (!PARTIAL || missing.length === 0) return true;
+  t.skip(`needs ${missing.join(', ')} from the full corpus (../shared/corpus; see testdata/corpus/SOURCES.md)`);
+  return false;
+}
+
+/** PyTorch's figures for the corpus file `name` (its `expected/` JSON). */
+export function expected(name) {
+  return JSON.parse(readFileSync(join(CORPUS, 'expected', `${name}.json`), 'utf8'));
+}
 
 const TYPES = { '.html': 'text/html', '.js': 'text/javascript', '.wasm': 'application/wasm', '.css': 'text/css',
   '.pickle': 'application/octet-stream', '.png': 'image/png' };
@@ -55,15 +80,102 @@ export async function statsOf(page) {
     .map(tr => [tr.dataset.key, Number(tr.dataset.value)])));
 }
 
+// In the page: the canvas `id`'s pixels, `{ hash, painted }` (a hash of them, and how many
+// differ from its background, its top-left pixel); with `want`, whether they are as it says
+// (`canvasWhen`).
+const readCanvas = ([id, want]) => {
+  const c = document.getElementById(id);
+  const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+  let hash = 2166136261, painted = 0;
+  for (let i = 0; i < d.length; i += 4) {
+    hash = Math.imul(hash ^ (d[i] | d[i + 1] << 8 | d[i + 2] << 16 | d[i + 3] << 24), 16777619) >>> 0;
+    if (Math.abs(d[i] - d[0]) + Math.abs(d[i + 1] - d[1]) + Math.abs(d[i + 2] - d[2]) > 30) painted++;
+  }
+  if (!want) return { hash, painted };
+  return (want.above === undefined || painted > want.above) && (want.not === undefined || hash !== want.not)
+    && (want.is === undefined || hash === want.is);
+};
+
+/** The canvas `id`'s pixels: `{ hash, painted }`, a fingerprint (to tell whether its
+ * picture changed) and how many differ from its background. */
+export function pixels(page, id) {
+  return page.evaluate(readCanvas, [id, null]);
+}
+
 /** How many pixels of the canvas `id` differ from its background (its top-left pixel). */
-export function paintedPixels(page, id = 'timeline') {
-  return page.evaluate(id => {
-    const c = document.getElementById(id);
-    const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
-    let n = 0;
-    for (let i = 0; i < d.length; i += 4) if (Math.abs(d[i] - d[0]) + Math.abs(d[i + 1] - d[1]) + Math.abs(d[i + 2] - d[2]) > 30) n++;
-    return n;
-  }, id);
+export async function paintedPixels(page, id = 'timeline') {
+  return (await pixels(page, id)).painted;
+}
+
+/** A hash of the canvas `id`'s pixels (to tell whether its picture changed). */
+export async function pixelHash(page, id) {
+  return (await pixels(page, id)).hash;
+}
+
+/** Waits until the canvas `id`'s picture is as `want` says: more than `above` pixels painted,
+ * a hash `not` the one given (changed) or that `is` it. (A function, not a string: the page's
+ * CSP forbids the `eval` that a string would be polled with.) */
+export async function canvasWhen(page, id, want) {
+  await page.waitForFunction(readCanvas, [id, want], { timeout: 30000, polling: 100 });
+}
+
+/** Two animation frames: what the page drew before this is on screen. */
+export function painted(page) {
+  return page.evaluate(() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r))));
+}
+
+/** How many marks named `what` the page has recorded (`window.memscapeTimings`). */
+export function marks(page, what) {
+  return page.evaluate(w => (window.memscapeTimings || []).filter(x => x[0] === w).length, what);
+}
+
+/** Does `action`, one change of what the timeline shows (a move of its window, its kind or
+ * device, a pin), and waits until the picture the page asked its worker for is drawn: a new
+ * "frame" mark with no move's "preview" after it (a move's exact picture follows its
+ * preview; an answer overtaken by a later move is not drawn). Unless `url` is false, waits
+ * too for the URL to be written for it (a frame or more after the picture). */
+export async function redrawn(page, action, { url = true } = {}) {
+  const [n, hash] = await page.evaluate(() => [(window.memscapeTimings || []).filter(x => x[0] === 'frame').length, location.hash]);
+  await action();
+  await page.waitForFunction(([n, hash, url]) => {
+    const m = (window.memscapeTimings || []).map(x => x[0]).filter(x => x === 'frame' || x === 'preview');
+    return m.filter(x => x === 'frame').length > n && m.at(-1) === 'frame' && (!url || location.hash !== hash);
+  }, [n, hash, url], { timeout: 30000 });
+  await painted(page);
+}
+
+/** Moves the pointer to (x, y) of the page over the timeline, and waits until what is there is
+ * shown and drawn. Over the plot's columns, down to its bottom axis, a move asks the worker
+ * (app/src/timeline/plot.rs, `Hits::ask`): its answer (a "details" mark) is waited for;
+ * elsewhere the page clears the hover at once. (Plot margins of draw/mod.rs: LEFT 76,
+ * RIGHT 14, BOTTOM 24 CSS pixels.) */
+export async function hovered(page, x, y) {
+  const box = await page.locator('#timeline').boundingBox();
+  const asks = x >= box.x + 76 && x < box.x + box.width - 14 && y <= box.y + box.height - 24;
+  const n = await marks(page, 'details');
+  await page.mouse.move(x, y);
+  if (asks) {
+    await page.waitForFunction(n => (window.memscapeTimings || []).filter(x => x[0] === 'details').length > n, n, { timeout: 30000 });
+  }
+  await painted(page);
+}
+
+/** Waits until `name` is the active tab and its statistics are shown. */
+export async function tabShown(page, name, timeout = 60000) {
+  await page.waitForFunction(n => document.querySelector('.tab.active .tab-name')?.textContent === n
+    && document.querySelector('#stats .file-line')?.textContent.startsWith(n + ' '), name, { timeout });
+}
+
+/** The URL's hash as `{key: value}`. */
+export function hashOf(page) {
+  return page.evaluate(() => Object.fromEntries(location.hash.slice(1).split('&').filter(Boolean)
+    .map(kv => kv.split('=').map(decodeURIComponent))));
+}
+
+/** A screenshot of `page` in e2e/screenshots/`name`.png. */
+export async function shot(page, name, options = {}) {
+  mkdirSync(SHOTS, { recursive: true });
+  await page.screenshot({ path: join(SHOTS, `${name}.png`), ...options });
 }
 
 /** Chromium goes on starting after Playwright's launch returns: on two cores, both were 70 to
@@ -90,23 +202,6 @@ export async function whenCoresIdle(page) {
   }
 }
 
-/** Lets the page answer and draw: a short wait, then two animation frames. */
-export async function settle(page) {
-  await page.waitForTimeout(150);
-  await page.evaluate(() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r))));
-}
-
-/** A hash of the canvas `id`'s pixels (to tell whether its picture changed). */
-export function pixelHash(page, id) {
-  return page.evaluate(id => {
-    const c = document.getElementById(id);
-    const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
-    let h = 2166136261;
-    for (let i = 0; i < d.length; i += 4) h = Math.imul(h ^ (d[i] | d[i + 1] << 8 | d[i + 2] << 16 | d[i + 3] << 24), 16777619) >>> 0;
-    return h;
-  }, id);
-}
-
 /** `dist/` served and opened in a fresh browser, once the bundled example is its active tab
  * and its panels are there:
  * `requests` collects every URL the page asks for, `consoleErrors` what it logs as errors,
@@ -122,7 +217,6 @@ export async function openExample(example = 'cs336-fullstep.pickle', options = {
   page.on('console', m => { if (m.type() === 'error') consoleErrors.push(m.text()); });
   await page.goto(srv.url);
   // Open: its tab in front, and its panels (made once its first picture is on screen) there.
-  await page.waitForFunction(n => document.querySelector('.tab.active .tab-name')?.textContent === n
-    && document.querySelector('#stats .file-line')?.textContent.startsWith(n + ' '), example, { timeout: 60000 });
+  await tabShown(page, example);
   return { url: srv.url, page, requests, consoleErrors, close: async () => { await ctx.close(); await srv.close(); } };
 }

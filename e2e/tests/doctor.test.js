@@ -6,14 +6,12 @@
 // peak instead.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync, mkdirSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
-import { openExample, pixelHash, settle as settleDown, ROOT } from '../harness.js';
+import { openExample, pixelHash, canvasWhen, painted, shot, MEMSCAPE, ROOT } from '../harness.js';
 
-const SHOTS = join(ROOT, 'e2e', 'screenshots');
-const MEMSCAPE = join(ROOT, 'target', 'debug', 'memscape');
 const EXAMPLE = 'cs336-fullstep.pickle';
 const TMP = join(tmpdir(), 'memscape-doctor');
 const FILE = join(TMP, 'two-ooms.pickle');
@@ -23,7 +21,6 @@ function doctorJson(path) {
   return JSON.parse(execFileSync(MEMSCAPE, ['doctor', '--json', path], { stdio: ['ignore', 'pipe', 'pipe'] }).toString());
 }
 
-const settle = () => settleDown(page);
 
 /** The share of the plot's width painted near-black on the row where a line at the top of the
  * category chart's axis (its highest value, `y_max / 1.04`) is drawn: geometry of draw/charts.rs. */
@@ -85,7 +82,7 @@ after(async () => {
 });
 
 test('a file without an OOM: no banner, and the doctor shows its peak', async () => {
-  await settle();
+  // The banner comes with the tab (the load's figures: doctor.rs), which is open.
   assert.equal(await page.locator('#oom-banner').count(), 0);
   await page.click('#mode-doctor');
   await page.waitForSelector('#peak-health', { timeout: 30000 });
@@ -117,13 +114,20 @@ test('a file with OOMs: the banner opens the doctor, whose figures equal memscap
   await page.waitForFunction(e => document.querySelector('#oom')?.dataset.entry === String(e), report.ooms[1].entry);
   assertSame(await shownOom(), report.ooms[1], 'second OOM');
   assert.ok(report.ooms[1].advice.some(a => a.setting.startsWith('expandable_segments')), 'the fragmentation advice');
-  await page.screenshot({ path: join(SHOTS, '13-doctor.png'), fullPage: true });
+  await shot(page, '13-doctor', { fullPage: true });
 });
 
-test('a click on an OOM mark in the timeline opens the doctor at that OOM', async () => {
+/** Back to the timeline, once its plot is laid out again and drawn. */
+async function timeline() {
   await page.click('#mode-timeline');
-  await page.click('#whole');
-  await settle();
+  await page.waitForFunction(() => document.getElementById('timeline')?.clientWidth > 0);
+  await painted(page);
+}
+
+test('a click on an OOM mark in the timeline opens the doctor at that OOM', async () => {
+  // The file as it opened, whole: its window in the URL.
+  await timeline();
+  await page.waitForFunction(() => /[#&]file=two-ooms\.pickle(&|$)/.test(location.hash) && /[#&]start=/.test(location.hash));
   const hash = new URLSearchParams((await page.evaluate(() => location.hash)).slice(1));
   const [start, end] = [Number(hash.get('start')), Number(hash.get('end'))];
   const box = await page.locator('#timeline').boundingBox();
@@ -132,8 +136,7 @@ test('a click on an OOM mark in the timeline opens the doctor at that OOM', asyn
     await page.mouse.click(box.x + x, box.y + 6);
     await page.waitForFunction(e => document.querySelector('#oom')?.dataset.entry === String(e), report.ooms[k].entry, { timeout: 30000 });
     assert.equal(await page.locator('#mode-doctor').getAttribute('class'), 'active');
-    await page.click('#mode-timeline');
-    await settle();
+    await timeline();
   }
 });
 
@@ -141,7 +144,7 @@ test('a ticked what-if prediction is drawn on the category chart', async () => {
   await page.click('#mode-categories');
   await page.waitForFunction(p => document.querySelector('#breakdown tr[data-category="total"] td')?.textContent.includes(`(${p} bytes)`),
     report.peak.peak_bytes, { timeout: 30000 });
-  await settle();
+  await canvasWhen(page, 'categories', { above: 1000 });
   const plain = await pixels('categories');
   await page.click('#mode-doctor');
   await page.waitForSelector('#what-if tr.what-if');
@@ -149,17 +152,17 @@ test('a ticked what-if prediction is drawn on the category chart', async () => {
   assert.equal(Number(await row.getAttribute('data-peak')), report.what_if.find(w => w.key === 'batch:x2').predicted_peak_bytes);
   await row.locator('input').check();
   await page.click('#mode-categories');
-  await settle();
+  await canvasWhen(page, 'categories', { not: plain });
   const withLine = await pixels('categories');
   assert.notEqual(withLine, plain, 'the predicted peak is drawn');
   // batch x 2 predicts more than the peak: the axis now ends above it, and the line (dashed,
   // 6 on, 4 off) runs along the top of the axis.
   assert.ok(await darkTopRow() > 0.5, `the dashed line: ${await darkTopRow()}`);
-  await page.screenshot({ path: join(SHOTS, '14-what-if-line.png'), fullPage: true });
+  await shot(page, '14-what-if-line', { fullPage: true });
   await page.click('#mode-doctor');
   await page.locator('#what-if tr.what-if[data-key="batch:x2"] input').uncheck();
   await page.click('#mode-categories');
-  await settle();
+  await canvasWhen(page, 'categories', { not: withLine });
   assert.ok(await darkTopRow() < 0.05, `no line once unticked: ${await darkTopRow()}`);
 });
 

@@ -6,13 +6,10 @@
 // moves the step, and a click on a line shows its allocations highlighted on the timeline.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdirSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
-import { openExample, paintedPixels, pixelHash, settle as settleDown, ROOT, CORPUS } from '../harness.js';
+import { openExample, paintedPixels, pixelHash, painted, shot as shotOf, needs, MEMSCAPE, ROOT, CORPUS } from '../harness.js';
 
-const SHOTS = join(ROOT, 'e2e', 'screenshots');
-const MEMSCAPE = join(ROOT, 'target', 'debug', 'memscape');
 const EXAMPLE = join(ROOT, 'examples', 'cs336-fullstep.pickle');
 const ROW = 18; // draw/flame.rs
 let view, page;
@@ -21,35 +18,42 @@ function cli(...args) {
   return JSON.parse(execFileSync(MEMSCAPE, args, { stdio: ['ignore', 'pipe', 'pipe'], maxBuffer: 1 << 26 }).toString());
 }
 
-const settle = () => settleDown(page);
 const pixels = () => pixelHash(page, 'flame');
+const shot = name => shotOf(page, name, { fullPage: true });
 
-/** What the flame graph shows: its total, step, search hits and focused node. */
-function shown() {
-  return page.evaluate(() => {
-    const t = document.querySelector('#flame-total'), c = document.querySelector('#flame');
-    return { bytes: Number(t.dataset.bytes), step: t.dataset.step, text: t.textContent, hits: Number(c.dataset.hits),
-      focus: c.dataset.focus, crumbs: document.querySelectorAll('#flame-crumbs .crumb').length };
-  });
-}
+// In the page: what the flame graph shows: its total, step, search hits and focused node.
+// With `want`, whether it is as `want` says (`until`): each key's value equal, a `!key`'s
+// different, more hits than `hitsAbove`, a total whose words start with `textStarts`; not while
+// the graph is being made again, without its total.
+const state = ([want]) => {
+  const t = document.querySelector('#flame-total'), c = document.querySelector('#flame');
+  if (want && !(t && c)) return false;
+  const s = { bytes: Number(t.dataset.bytes), step: t.dataset.step, text: t.textContent, hits: Number(c.dataset.hits),
+    focus: c.dataset.focus, crumbs: document.querySelectorAll('#flame-crumbs .crumb').length };
+  if (!want) return s;
+  return Object.entries(want).every(([k, v]) => (k === 'hitsAbove' ? s.hits > v : k === 'textStarts' ? s.text.startsWith(v)
+    : k.startsWith('!') ? s[k.slice(1)] !== v : s[k] === v));
+};
+const shown = () => page.evaluate(state, [null]);
 
-/** Waits until `f(shown())` holds. */
-async function until(f, what) {
-  for (let k = 0; k < 200; k++) {
-    const s = await shown();
-    if (f(s)) { await settle(); return s; }
-    await page.waitForTimeout(50);
+/** Waits until the flame graph is as `want` says (`state`), and that answer is drawn (the
+ * canvas with the data it carries). */
+async function until(want, what) {
+  try {
+    await page.waitForFunction(state, [want], { timeout: 60000 });
+  } catch (e) {
+    assert.fail(`waiting for ${what}: ${e.message.split('\n')[0]}; shown: ${JSON.stringify(await shown())}`);
   }
-  assert.fail(`timed out waiting for ${what}: ${JSON.stringify(await shown())}`);
+  await painted(page);
+  return shown();
 }
 
 before(async () => {
-  mkdirSync(SHOTS, { recursive: true });
   view = await openExample();
   page = view.page;
   await page.click('#mode-flame');
   await page.waitForFunction(() => document.querySelector('#flame-total')?.dataset.bytes, null, { timeout: 60000 });
-  await settle();
+  await painted(page);
 });
 
 after(async () => {
@@ -67,10 +71,11 @@ test('at the peak the root is the peak bytes of memscape stats', async () => {
   assert.equal(s.step, peakStep);
   assert.match(s.focus, /^all: 21\.\dGiB$/);
   assert.ok(await paintedPixels(page, 'flame') > 50000, 'the flame graph is drawn');
-  await page.screenshot({ path: join(SHOTS, '30-flame-peak.png'), fullPage: true });
+  await shot('30-flame-peak');
 });
 
-test('the lines of your code are the call sites alive at the peak of memscape diff', async () => {
+test('the lines of your code are the call sites alive at the peak of memscape diff', async t => {
+  if (!needs(t, 'pt25plus-empty-0segs.pickle')) return;
   const d = cli('diff', '--json', join(CORPUS, 'pt25plus-empty-0segs.pickle'), EXAMPLE);
   const sites = d.sites.filter(x => x.b > 0).map(x => ({ site: x.site, bytes: x.b, count: x.count_b }));
   const rows = await page.evaluate(() => [...document.querySelectorAll('#flame-lines tr.flame-line')]
@@ -88,24 +93,25 @@ test('hovering shows a frame with its bytes and share; a click zooms into it and
   await page.waitForFunction(() => /% of all/.test(document.querySelector('#flame-hover').textContent));
   const hover = await page.textContent('#flame-hover');
   assert.match(hover, /benchmarking_script\.py:\d+: \d+(\.\d+)?GiB \((\d+\.\d)% of all, \2% of the zoomed frame\), \d+ allocations/);
-  await settle();
-  await page.screenshot({ path: join(SHOTS, '31-flame-hover.png'), fullPage: true });
+  // The hovered frame is the page's to draw (flame.rs): drawn by the next frames.
+  await painted(page);
+  await shot('31-flame-hover');
 
   await page.mouse.move(0, 0);
-  await settle();
+  await painted(page);
   const before = await shown();
   const picture = await pixels();
   await page.mouse.click(box.x + 12, box.y + ROW * 2.5);
-  const zoomed = await until(s => s.focus !== before.focus, 'the zoom');
+  const zoomed = await until({ '!focus': before.focus }, 'the zoom');
   assert.equal(zoomed.crumbs, 3, 'all > the script > the frame clicked');
   assert.doesNotMatch(zoomed.focus, /^all/);
   assert.notEqual(await pixels(), picture);
-  await page.screenshot({ path: join(SHOTS, '32-flame-zoomed.png'), fullPage: true });
+  await shot('32-flame-zoomed');
   await page.click('#flame-crumbs .crumb >> nth=0');
-  const back = await until(s => s.focus === before.focus, 'the way back');
+  const back = await until({ focus: before.focus }, 'the way back');
   assert.equal(back.crumbs, 1);
   await page.mouse.move(0, 0);
-  await settle();
+  await painted(page);
   assert.equal(await pixels(), picture);
 });
 
@@ -113,28 +119,28 @@ test('a search highlights the frames it matches', async () => {
   const picture = await pixels();
   await page.fill('#flame-search', 'adapters.py');
   await page.press('#flame-search', 'Enter');
-  const s = await until(x => x.hits > 0, 'search hits');
+  const s = await until({ hitsAbove: 0 }, 'search hits');
   assert.ok(s.hits > 5, `${s.hits} frames`);
   assert.notEqual(await pixels(), picture);
-  await page.screenshot({ path: join(SHOTS, '33-flame-search.png'), fullPage: true });
+  await shot('33-flame-search');
   await page.fill('#flame-search', '');
   await page.press('#flame-search', 'Enter');
-  await until(x => x.hits === 0, 'the search cleared');
+  await until({ hits: 0 }, 'the search cleared');
 });
 
 test('the bytes x lifetime mode weighs the window and draws another picture', async () => {
   const at = await shown();
   const picture = await pixels();
   await page.check('#flame-lifetime');
-  const s = await until(x => x.text.startsWith('bytes × lifetime'), 'the lifetime mode');
+  const s = await until({ textStarts: 'bytes × lifetime' }, 'the lifetime mode');
   assert.match(s.text, /over steps 0\.\.\d+: .*·steps \(on average .* alive\)/);
   assert.ok(s.bytes > at.bytes * 1000, 'byte-steps over the whole trace');
   assert.notEqual(await pixels(), picture);
   const unit = await page.textContent('#flame-lines tr:first-child th:nth-child(3)');
   assert.equal(unit, 'bytes × steps');
-  await page.screenshot({ path: join(SHOTS, '34-flame-lifetime.png'), fullPage: true });
+  await shot('34-flame-lifetime');
   await page.uncheck('#flame-lifetime');
-  await until(x => x.bytes === at.bytes, 'back to the peak');
+  await until({ bytes: at.bytes }, 'back to the peak');
 });
 
 test('a click on the category chart chooses the step; Peak goes back', async () => {
@@ -147,12 +153,12 @@ test('a click on the category chart chooses the step; Peak goes back', async () 
   const step = (await page.textContent('#breakdown tr th:nth-child(3)')).match(/at step (\d+)/)[1];
   const total = await page.textContent('#breakdown tr[data-category=total] td:nth-child(3)');
   await page.click('#mode-flame');
-  const s = await until(x => x.step === step, 'the chosen step');
+  const s = await until({ step }, 'the chosen step');
   assert.equal(s.text.split(' alive')[0], total, 'the root is the category chart\'s total at that step');
   assert.ok(s.bytes < at.bytes);
-  await page.screenshot({ path: join(SHOTS, '35-flame-chosen-step.png'), fullPage: true });
+  await shot('35-flame-chosen-step');
   await page.click('#flame-peak');
-  await until(x => x.step === at.step && x.bytes === at.bytes, 'the peak again');
+  await until({ step: at.step, bytes: at.bytes }, 'the peak again');
 });
 
 test('a click on a line of code shows its allocations highlighted on the timeline', async () => {
@@ -182,6 +188,6 @@ test('a click on a line of code shows its allocations highlighted on the timelin
     return n > b + 2000;
   }, before, { timeout: 20000 });
   assert.ok(await hitColour() > before + 2000);
-  await settle();
-  await page.screenshot({ path: join(SHOTS, '36-flame-line-on-timeline.png'), fullPage: true });
+  await painted(page);
+  await shot('36-flame-line-on-timeline');
 });

@@ -7,10 +7,8 @@ import { readFileSync, writeFileSync, mkdirSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
-import { openExample, statsOf, ROOT } from '../harness.js';
+import { openExample, statsOf, painted, tabShown, canvasWhen, pixels as pixelsOf, shot as shotOf, MEMSCAPE } from '../harness.js';
 
-const SHOTS = join(ROOT, 'e2e', 'screenshots');
-const MEMSCAPE = join(ROOT, 'target', 'debug', 'memscape');
 const EXAMPLE = 'cs336-fullstep.pickle';
 const TMP = join(tmpdir(), 'memscape-insight');
 let view, page;
@@ -23,35 +21,13 @@ function synth(name, extra) {
   return { file, name: `${name}.pickle`, truth: JSON.parse(readFileSync(truth, 'utf8')) };
 }
 
-async function shot(name) {
-  mkdirSync(SHOTS, { recursive: true });
-  await page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage: true });
-}
-
-async function settle() {
-  await page.waitForTimeout(150);
-  await page.evaluate(() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r))));
-}
+const shot = name => shotOf(page, name, { fullPage: true });
+const pixels = id => pixelsOf(page, id);
 
 async function openFile(path, name) {
   await page.click('#mode-timeline');
   await page.setInputFiles('#file-input', path);
-  await page.waitForFunction(n => document.querySelector('.tab.active .tab-name')?.textContent === n
-    && document.querySelector('#stats .file-line')?.textContent.startsWith(n + ' '), name, { timeout: 60000 });
-  await settle();
-}
-
-async function pixels(id) {
-  return page.evaluate(id => {
-    const c = document.getElementById(id);
-    const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
-    let h = 2166136261, painted = 0;
-    for (let i = 0; i < d.length; i += 4) {
-      h = Math.imul(h ^ (d[i] | d[i + 1] << 8 | d[i + 2] << 16 | d[i + 3] << 24), 16777619) >>> 0;
-      if (Math.abs(d[i] - d[0]) + Math.abs(d[i + 1] - d[1]) + Math.abs(d[i + 2] - d[2]) > 30) painted++;
-    }
-    return { hash: h, painted };
-  }, id);
+  await tabShown(page, name);
 }
 
 /** The words of the text in `selector`'s elements that the layout split over two lines. */
@@ -86,7 +62,8 @@ function breakdown() {
 async function categories(name) {
   await page.click('#mode-categories');
   await page.waitForFunction(() => document.querySelector('#breakdown tr[data-category="total"]'), null, { timeout: 30000 });
-  await settle();
+  // The chart is drawn from the same answer as the table.
+  await canvasWhen(page, 'categories', { above: 1000 });
   assert.equal(await page.locator('.tab.active .tab-name').textContent(), name);
 }
 
@@ -120,12 +97,12 @@ test('the category view of the example: stacked areas, legend toggles, breakdown
   const full = await pixels('categories');
   assert.ok(full.painted > 50000, `painted ${full.painted}`);
   await page.uncheck('#legend-optimizer_state');
-  await settle();
+  await canvasWhen(page, 'categories', { not: full.hash });
   const without = await pixels('categories');
   assert.notEqual(without.hash, full.hash, 'hiding a category changes the chart');
   assert.ok(without.painted < full.painted);
   await page.check('#legend-optimizer_state');
-  await settle();
+  await canvasWhen(page, 'categories', { is: full.hash });
   assert.equal((await pixels('categories')).hash, full.hash);
 
   // A click selects a step: its breakdown adds up to the total there.
@@ -143,7 +120,8 @@ test('the category view of the example: stacked areas, legend toggles, breakdown
 
   // Hover in the timeline says what an allocation is for and which rule said so.
   await page.click('#mode-timeline');
-  await settle();
+  await page.waitForFunction(() => document.getElementById('timeline')?.clientWidth > 0);
+  await painted(page);
   const tl = await page.locator('#timeline').boundingBox();
   const peakStep = Number(await page.locator('#timeline').getAttribute('data-peak-step'));
   const view = await page.evaluate(() => null);
@@ -151,8 +129,9 @@ test('the category view of the example: stacked areas, legend toggles, breakdown
   // The memory axis from zero: the parameters lie at the bottom (from the baseline, the
   // bottom of the plot is what lies above them).
   await page.locator('#baseline').uncheck();
+  // The axis shown is the new picture's (app/src/timeline/toolbar.rs): drawn with it.
   await page.waitForFunction(() => document.getElementById('y-range').textContent === '');
-  await settle();
+  await painted(page);
   await page.mouse.move(tl.x + 76 + (tl.width - 90) * 0.3, tl.y + tl.height - 30);
   await page.waitForFunction(() => document.querySelector('#details tr[data-key="category"]'), null, { timeout: 10000 });
   // Alive before the recording with no stack: a parameter by the inference from AdamW's name,
@@ -265,7 +244,7 @@ test('comparing files: overview per file, the diff of two, alignment and call-si
   for (const align of ['time', 'event', 'annotation']) {
     await page.selectOption('#align', align);
     await page.waitForFunction(al => document.querySelector('#diff-axis')?.dataset.align === al, align);
-    await settle();
+    await canvasWhen(page, 'diff-chart', { not: byIteration.hash });
     const px = await pixels('diff-chart');
     assert.notEqual(px.hash, byIteration.hash, `aligned by ${align}, the chart changes`);
     assert.equal(await top.getAttribute('data-site'), extra.site);

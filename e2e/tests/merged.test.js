@@ -8,9 +8,8 @@ import { execFileSync } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
-import { openExample, statsOf, ROOT } from '../harness.js';
+import { openExample, statsOf, shot, MEMSCAPE, ROOT } from '../harness.js';
 
-const MEMSCAPE = join(ROOT, 'target', 'debug', 'memscape');
 const H100 = join(ROOT, 'capture', 'tests', 'data', 'h100');
 
 test('a merged snapshot shows what lies outside PyTorch\'s allocator in its statistics', async () => {
@@ -48,7 +47,7 @@ test('a merged snapshot shows what lies outside PyTorch\'s allocator in its stat
     assert.equal(cells[0], cat('at_peak'));
     assert.equal(cells[2], cat('max'));
     assert.match(await page.locator('#legend label[data-category="outside_allocator"]').textContent(), /outside PyTorch's allocator/);
-    await page.screenshot({ path: join(ROOT, 'e2e', 'screenshots', 'merged-categories.png') });
+    await shot(page, 'merged-categories');
     await page.click('.tab:not(.active) .tab-name');
     await page.waitForFunction(() => document.querySelector('#breakdown tr[data-category="total"]') && !document.querySelector('#legend label[data-category="outside_allocator"]'), null, { timeout: 30000 });
   } finally {

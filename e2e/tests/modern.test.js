@@ -11,19 +11,14 @@ import { execFileSync } from 'node:child_process';
 import { mkdtempSync, copyFileSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
-import { openExample, settle as settleDown, ROOT } from '../harness.js';
+import { openExample, painted, hovered, tabShown, shot, MEMSCAPE, ROOT } from '../harness.js';
 
-const SHOTS = join(ROOT, 'e2e', 'screenshots');
-const MEMSCAPE = join(ROOT, 'target', 'debug', 'memscape');
 const DIR = mkdtempSync(join(tmpdir(), 'memscape-modern-'));
 let view, page;
 
-const settle = () => settleDown(page);
-
 async function open(name) {
   await page.setInputFiles('#file-input', join(DIR, name));
-  await page.waitForFunction(n => document.querySelector('.tab.active .tab-name')?.textContent === n
-    && document.querySelector('#stats .file-line')?.textContent.startsWith(n + ' '), name, { timeout: 60000 });
+  await tabShown(page, name);
 }
 
 /** Searches the timeline like a user (the first match is pinned) and returns the details. */
@@ -72,7 +67,7 @@ test('compiled code: its frame shows the FX node and the original code, search f
   await page.locator('#copy-stack').click();
   await page.waitForFunction(() => document.querySelector('#status').textContent === 'Stack copied');
   assert.equal(await page.evaluate(() => navigator.clipboard.readText()), d.stack, 'Copy stack copies the node and the code too');
-  await page.screenshot({ path: join(SHOTS, '60-compiled-frame.png'), fullPage: true });
+  await shot(page, '60-compiled-frame', { fullPage: true });
 
   // The label is found by search as well.
   const labelled = await find('of net1');
@@ -103,7 +98,7 @@ test('a backward allocation says where its tensor was created in forward, and it
   const stats = JSON.parse(execFileSync(MEMSCAPE, ['doctor', '--json', join(DIR, 'compiled.pickle')]).toString());
   assert.ok(stats.peak.holders.some(h => h.site === 'backward: SelectBackward0, aten::zeros'),
     JSON.stringify(stats.peak.holders));
-  await page.screenshot({ path: join(SHOTS, '61-forward-frames.png'), fullPage: true });
+  await shot(page, '61-forward-frames', { fullPage: true });
 });
 
 test('a ring buffer that overflowed has a banner, and each allocation without a stack says why', async () => {
@@ -117,13 +112,14 @@ test('a ring buffer that overflowed has a banner, and each allocation without a 
   assert.match(threadless.fields['no stack'], /^no Python frames: allocated on a thread without Python/);
   const evicted = await find('0x7f0001000000', 'address');
   assert.match(evicted.fields['no stack'], /evicted from the ring buffer \(the recording kept only the last 9 events\)/);
-  await page.screenshot({ path: join(SHOTS, '62-lost-history.png'), fullPage: true });
+  await shot(page, '62-lost-history', { fullPage: true });
   await page.keyboard.press('Escape');
 });
 
 test('an OOM file opens on the device that ran out of memory, and the banner links to it', async () => {
   await open('oom-cuda1.pickle');
-  await settle();
+  // The device chosen comes with the tab: in the page by the next frames.
+  await painted(page);
   assert.equal(await page.inputValue('#device'), '1', 'cuda:1, not the busiest cuda:0');
   await page.waitForSelector('#oom-banner');
   assert.match(await page.textContent('#oom-banner'), /cuda:1 ran out of memory once\./);
@@ -140,7 +136,7 @@ test('an OOM file opens on the device that ran out of memory, and the banner lin
   const doctor = JSON.parse(execFileSync(MEMSCAPE, ['doctor', '--json', join(DIR, 'oom-cuda1.pickle')]).toString());
   const pools = await page.$$eval('#oom-pools tr.oom-pool', trs => trs.map(tr => [tr.dataset.pool, Number(tr.dataset.reserved)]));
   assert.deepEqual(pools, doctor.ooms[0].free_by_pool.map(p => [`${p.pool} pool`, p.reserved_bytes]));
-  await page.screenshot({ path: join(SHOTS, '63-oom-device.png'), fullPage: true });
+  await shot(page, '63-oom-device', { fullPage: true });
   await page.click('#mode-timeline');
 });
 
@@ -167,7 +163,7 @@ test('a CUDA graph\'s private pools: the statistics list each with its reserved 
     assert.equal(Number(value), p.reserved_peak_bytes);
     assert.match(text, /^reserved peak [\d.]+MiB, [\d.]+(MiB|B) at the end; its allocations at most [\d.]+MiB$/);
   }
-  await page.screenshot({ path: join(SHOTS, '64-private-pools.png'), fullPage: true });
+  await shot(page, '64-private-pools', { fullPage: true });
 });
 
 test('pinned host memory is a device of its own: timeline, statistics, events, allocator state and flame graph; no categories', async () => {
@@ -189,7 +185,7 @@ test('pinned host memory is a device of its own: timeline, statistics, events, a
   await page.locator(`#events .row[data-entry="${cli.host.trace_entries - 1}"]`).click();
   await page.waitForFunction(n => document.querySelector('#state h2').textContent === `Allocator after event ${n}`, cli.host.trace_entries - 1);
   await page.waitForFunction(() => /^3 segments · reserved 28\.0MiB/.test(document.querySelector('#state-summary').textContent));
-  await page.screenshot({ path: join(SHOTS, '65-pinned-host.png'), fullPage: true });
+  await shot(page, '65-pinned-host', { fullPage: true });
   // The flame graph of the host at its peak.
   await page.click('#mode-flame');
   await page.waitForFunction(b => Number(document.querySelector('#flame-total')?.dataset.bytes) === b, cli.host.timeline.peak_bytes, { timeout: 30000 });
@@ -211,18 +207,21 @@ test('the memory mode "Allocated, incl. private pools" draws each pool as its en
   // The link keeps the mode (the hash is written a frame after the view shows it).
   await page.waitForFunction(() => new URLSearchParams(location.hash.slice(1)).get('kind') === 'pools');
   // Over the last steps, the envelope of pool (1, 2): 20 MiB reserved, drawn whole.
+  // (The file opened whole: then the click moves nothing.) The whole window's picture is the
+  // last drawn: its start in the URL, and no move's preview after the last frame.
   await page.locator('#whole').click();
-  await settle();
+  await page.waitForFunction(() => new URLSearchParams(location.hash.slice(1)).get('start') === '0.00'
+    && (window.memscapeTimings || []).map(x => x[0]).filter(x => x === 'frame' || x === 'preview').at(-1) === 'frame');
+  await painted(page);
   const box = await page.locator('#timeline').boundingBox();
   let origin = null;
   for (let fy = 0.95; fy > 0.1 && !origin?.startsWith('private pool (1, 2)'); fy -= 0.03) {
-    await page.mouse.move(box.x + box.width * 0.97, box.y + box.height * fy);
-    await page.waitForTimeout(40);
+    await hovered(page, box.x + box.width * 0.97, box.y + box.height * fy);
     origin = await page.evaluate(() => document.querySelector('#details tr[data-key="origin"] td')?.textContent ?? null);
   }
   assert.match(origin ?? '', /^private pool \(1, 2\), stream 0: its envelope grew here/);
   assert.match(await page.textContent('#details tr[data-key="size"] td'), /^20\.0MiB/);
-  await page.screenshot({ path: join(SHOTS, '66-pool-envelopes.png'), fullPage: true });
+  await shot(page, '66-pool-envelopes', { fullPage: true });
   // The allocator after the last event names each private pool with its segments.
   await page.locator('#events .row[data-entry="12"]').click();
   await page.waitForFunction(() => document.querySelector('#state h2').textContent === 'Allocator after event 12');

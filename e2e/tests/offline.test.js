@@ -3,22 +3,18 @@
 // attempts no request, and can open other files itself.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync, readdirSync, copyFileSync, statSync, mkdirSync } from 'node:fs';
+import { readFileSync, readdirSync, copyFileSync, statSync } from 'node:fs';
 import { gzipSync } from 'node:zlib';
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
-import { serve, browser, statsOf, paintedPixels, CORPUS, ROOT, DIST } from '../harness.js';
+import { serve, browser, statsOf, paintedPixels, painted, canvasWhen, expected, shot, MEMSCAPE, CORPUS, ROOT, DIST } from '../harness.js';
 
-const MEMSCAPE = join(ROOT, 'target', 'debug', 'memscape');
 let srv;
 
 before(async () => { srv = await serve(); });
 after(async () => { await srv?.close(); });
 
-function expected(name) {
-  return JSON.parse(readFileSync(join(CORPUS, 'expected', `${name}.json`), 'utf8'));
-}
 
 
 /** Opens `file` from disk with the network cut off; returns the page and what it tried to fetch. */
@@ -38,7 +34,10 @@ async function openOffline(file, shownName) {
   page.on('console', m => { if (m.type() === 'error') errors.push(m.text()); });
   await page.goto('file://' + file);
   await page.waitForFunction(n => document.querySelector('#stats .file-line')?.textContent.startsWith(n + ' '), shownName, { timeout: 60000 });
-  await page.waitForTimeout(300);
+  // Its first picture drawn: what the page fetches to show a file (its code, its bytes) it has
+  // asked for by then, and `attempts` holds any that left the file.
+  await page.waitForFunction(() => (window.memscapeTimings || []).some(x => x[0] === 'first-draw-at'), null, { timeout: 60000 });
+  await painted(page);
   return { ctx, page, attempts, errors };
 }
 
@@ -51,8 +50,10 @@ async function checkFigures(page, corpusName, device = 0) {
     assert.equal(got['timeline.peak_bytes'], viz.active_memory_timeline.max_at_time_peak);
     assert.equal(got['timeline.elements'], viz.active_memory_timeline.elements);
   }
-  const painted = await paintedPixels(page);
-  assert.ok(painted > 10000, `timeline drawn (${painted} pixels)`);
+  // The file's picture (a file opened after the first is drawn when its worker answers).
+  await canvasWhen(page, 'timeline', { above: 10000 });
+  const drawn = await paintedPixels(page);
+  assert.ok(drawn > 10000, `timeline drawn (${drawn} pixels)`);
 }
 
 test('the app\'s Save offline HTML makes a file that works from disk with no network', async () => {
@@ -81,21 +82,21 @@ test('the app\'s Save offline HTML makes a file that works from disk with no net
   await off.page.keyboard.press('w');
   await off.page.waitForFunction(h => location.hash !== h, h);
   // The offline page opens other files too.
-  await off.page.setInputFiles('#file-input', join(CORPUS, 'pt24-linear-tiny.pkl'));
-  await off.page.waitForFunction(() => document.querySelector('#stats .file-line')?.textContent.startsWith('pt24-linear-tiny.pkl '), null, { timeout: 60000 });
-  await checkFigures(off.page, 'pt24-linear-tiny.pkl');
+  const other = 'pt210-cs336-pyframes-usermeta.pickle';
+  await off.page.setInputFiles('#file-input', join(CORPUS, other));
+  await off.page.waitForFunction(n => document.querySelector('#stats .file-line')?.textContent.startsWith(n + ' '), other, { timeout: 60000 });
+  await checkFigures(off.page, other);
   // And saves another offline page from itself.
   const [again] = await Promise.all([off.page.waitForEvent('download', { timeout: 60000 }), off.page.locator('#save-html').click()]);
-  assert.equal(again.suggestedFilename(), 'pt24-linear-tiny.pkl.html');
-  mkdirSync(join(ROOT, 'e2e', 'screenshots'), { recursive: true });
-  await off.page.screenshot({ path: join(ROOT, 'e2e', 'screenshots', '20-offline.png') });
+  assert.equal(again.suggestedFilename(), `${other}.html`);
+  await shot(off.page, '20-offline');
   assert.deepEqual(off.attempts, [], 'no request was attempted');
   assert.deepEqual(off.errors, []);
   const again2 = join(tmpdir(), 'memscape-offline-again.html');
   copyFileSync(await again.path(), again2);
   await off.ctx.close();
-  const off2 = await openOffline(again2, 'pt24-linear-tiny.pkl');
-  await checkFigures(off2.page, 'pt24-linear-tiny.pkl');
+  const off2 = await openOffline(again2, other);
+  await checkFigures(off2.page, other);
   assert.deepEqual(off2.attempts, []);
   await off2.ctx.close();
 });
@@ -116,8 +117,7 @@ test('a Save offline HTML that fails says what failed, in words, and the file st
   assert.doesNotMatch(said, /JsValue|    at /);
   // Nothing says it is still being made.
   assert.equal(await page.locator('#status').textContent(), '');
-  mkdirSync(join(ROOT, 'e2e', 'screenshots'), { recursive: true });
-  await page.screenshot({ path: join(ROOT, 'e2e', 'screenshots', '21-offline-save-failed.png') });
+  await shot(page, '21-offline-save-failed');
   assert.equal(await page.locator('.tab.active .tab-name').textContent(), 'cs336-fullstep.pickle');
   await ctx.close();
 });

@@ -10,23 +10,19 @@ import { execFileSync } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
-import { openExample, settle as settleDown, ROOT } from '../harness.js';
+import { openExample, canvasWhen, tabShown, shot, MEMSCAPE } from '../harness.js';
 
-const SHOTS = join(ROOT, 'e2e', 'screenshots');
-const MEMSCAPE = join(ROOT, 'target', 'debug', 'memscape');
 const DIR = mkdtempSync(join(tmpdir(), 'memscape-persistent-'));
 const WARM = join(DIR, 'warm-adamw.pickle');
 const BLIND = join(DIR, 'no-evidence.pickle');
 let view, page;
 
-const settle = () => settleDown(page);
 const cli = (...args) => JSON.parse(execFileSync(MEMSCAPE, args, { stdio: ['ignore', 'pipe', 'pipe'] }).toString());
 
 async function open(path) {
   const name = path.split('/').pop();
   await page.setInputFiles('#file-input', path);
-  await page.waitForFunction(n => document.querySelector('.tab.active .tab-name')?.textContent === n
-    && document.querySelector('#stats .file-line')?.textContent.startsWith(n + ' '), name, { timeout: 60000 });
+  await tabShown(page, name);
 }
 
 /** The breakdown at the peak: `{category: bytes}`. */
@@ -41,7 +37,8 @@ async function categories() {
   await page.click('#mode-categories');
   await page.waitForFunction(() => document.querySelector('#breakdown tr[data-category="total"]') && document.querySelector('#budget-terms'),
     null, { timeout: 30000 });
-  await settle();
+  // Its chart, for the screenshot.
+  await canvasWhen(page, 'categories', { above: 1000 });
 }
 
 before(async () => {
@@ -70,7 +67,7 @@ test('a run recorded after a warm-up step: parameters and optimizer state inferr
   const inferred = page.locator('#inferred');
   assert.equal(Number(await inferred.getAttribute('data-optimizer-state')), want.inference.optimizer_state_bytes);
   assert.match(await inferred.textContent(), /AdamW keeps 2 blocks the size of each parameter \(named by the annotation Optimizer\.(step|zero_grad)#AdamW/);
-  await page.screenshot({ path: join(SHOTS, '70-inferred-categories.png'), fullPage: true });
+  await shot(page, '70-inferred-categories', { fullPage: true });
 
   // The first parameter block (the generator's first address) says how it was decided.
   await page.click('#mode-timeline');
@@ -105,5 +102,5 @@ test('without evidence the memory from before the recording is shown as persiste
   assert.equal(Number(await page.locator('#budget-terms').getAttribute('data-total')), want.budget.total);
   assert.match(await page.textContent('#budget .formula'), /persistent before recording/);
   assert.match(await page.textContent('#inferred'), /not split: no annotation or frame names the optimizer/);
-  await page.screenshot({ path: join(SHOTS, '71-persistent-unsplit.png'), fullPage: true });
+  await shot(page, '71-persistent-unsplit', { fullPage: true });
 });

@@ -8,10 +8,8 @@ import { readFileSync, writeFileSync, mkdirSync, rmSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
-import { serve, browser, ROOT } from '../harness.js';
+import { serve, browser, shot as shotOf, MEMSCAPE } from '../harness.js';
 
-const SHOTS = join(ROOT, 'e2e', 'screenshots');
-const MEMSCAPE = join(ROOT, 'target', 'debug', 'memscape');
 const TMP = join(tmpdir(), 'memscape-e2e-ranks');
 const RUN = join(TMP, 'run');
 const BIG = join(TMP, 'big');
@@ -26,10 +24,7 @@ function memscape(args) {
 
 const rankFiles = () => [0, 1, 2, 3, 4, 5].map(r => join(RUN, `rank${r}.pickle`));
 
-async function shot(name) {
-  mkdirSync(SHOTS, { recursive: true });
-  await page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage: true });
-}
+const shot = name => shotOf(page, name, { fullPage: true });
 
 /** Waits for the overview of a run of `n` files to be complete; returns the page's ms. */
 async function overviewDone(n) {

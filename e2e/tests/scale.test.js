@@ -14,10 +14,8 @@ import { mkdirSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
-import { serve, browser, ROOT } from '../harness.js';
+import { serve, browser, shot as shotOf, MEMSCAPE } from '../harness.js';
 
-const MEMSCAPE = join(ROOT, 'target', 'debug', 'memscape');
-const SHOTS = join(ROOT, 'e2e', 'screenshots');
 const TMP = join(tmpdir(), 'memscape-scale');
 const N = 50000;
 const RATIO = 6;
@@ -45,10 +43,7 @@ function synth(entries) {
 const timings = (page, what) => page.evaluate(w => (window.memscapeTimings || []).filter(x => x[0] === w).map(x => x[1]), what);
 const median = v => [...v].sort((a, b) => a - b)[Math.floor(v.length / 2)];
 
-async function shot(page, name) {
-  mkdirSync(SHOTS, { recursive: true });
-  await page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage: true });
-}
+const shot = (page, name) => shotOf(page, name, { fullPage: true });
 
 /** Opens `file` in a fresh page and times the answers a user waits for, in ms. */
 async function measure(file, shoot = false) {

@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { readFileSync, writeFileSync, mkdtempSync, cpSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
-import { serve, browser, statsOf, CORPUS, DIST } from '../harness.js';
+import { serve, browser, statsOf, expected, CORPUS, DIST } from '../harness.js';
 
 test('dist/ served under a sub-path opens the example with PyTorch\'s figures', async () => {
   const prefix = '/team/tools/memscape/';
@@ -21,7 +21,7 @@ test('dist/ served under a sub-path opens the example with PyTorch\'s figures', 
   try {
     await page.goto(srv.url);
     await page.waitForFunction(() => document.querySelector('#stats .file-line')?.textContent.startsWith('cs336-fullstep.pickle '), null, { timeout: 60000 });
-    const exp = JSON.parse(readFileSync(join(CORPUS, 'expected', 'pt25-cs336-fullstep-annotations.pickle.json'), 'utf8'));
+    const exp = expected('pt25-cs336-fullstep-annotations.pickle');
     const stats = await statsOf(page);
     assert.equal(stats.total_reserved, exp.segsum.total_reserved);
     assert.equal(stats['timeline.peak_bytes'], exp.memoryviz.devices['0'].active_memory_timeline.max_at_time_peak);
@@ -54,7 +54,7 @@ test('a host without the bundled example: the page opens empty, and its early wo
     const f = 'pt20-flexgen-opt1.3b-history.pickle';
     await page.setInputFiles('#file-input', join(CORPUS, f));
     await page.waitForFunction(n => document.querySelector('#stats .file-line')?.textContent.startsWith(n + ' '), f, { timeout: 60000 });
-    const exp = JSON.parse(readFileSync(join(CORPUS, 'expected', `${f}.json`), 'utf8'));
+    const exp = expected(f);
     assert.equal((await statsOf(page)).total_reserved, exp.segsum.total_reserved);
     assert.equal(await page.locator('#error').count(), 0);
     assert.deepEqual(errors, []);
@@ -74,17 +74,20 @@ test('a worker whose wasm cannot start says so on the page, instead of leaving a
     // The bundled example fails (its load, or, if the worker failed before the example's
     // bytes came, its opening) and the page says why; then a file chosen says why it cannot
     // be read (chosen once the example's message is there, which it then replaces). Either
-    // may come first; the second round holds the example back, so that the worker fails
-    // before its bytes come.
-    for (const held of [0, 1500]) {
+    // may come first; the second round holds the example back until the page has said the
+    // worker failed, so that it fails before its bytes come.
+    for (const held of [false, true]) {
       const ctx = await browser();
+      let release = () => {};
       try {
-        if (held) await ctx.route('**/cs336-fullstep.pickle', async r => { await new Promise(w => setTimeout(w, held)); await r.continue(); });
+        const holding = new Promise(r => { release = r; });
+        if (held) await ctx.route('**/cs336-fullstep.pickle', async r => { await holding; await r.continue(); });
         const page = await ctx.newPage();
         await page.goto(srv.url);
         await page.waitForFunction(() => document.querySelector('#error')?.textContent.includes('cs336-fullstep.pickle'), null, { timeout: 60000 });
         assert.match(await page.locator('#error').textContent(), /cs336-fullstep\.pickle: the viewer's worker for this file stopped \(.*CompileError/);
         if (held) assert.equal(await page.evaluate(() => window.memscapeEarly.blob), null, 'the worker failed before the example came');
+        release();
         const f = 'pt20-flexgen-opt1.3b-history.pickle';
         await page.setInputFiles('#file-input', join(CORPUS, f));
         await page.waitForFunction(n => document.querySelector('#error')?.textContent.includes(n), f, { timeout: 60000 });
@@ -92,6 +95,7 @@ test('a worker whose wasm cannot start says so on the page, instead of leaving a
         assert.match(said, new RegExp(`${f.replace(/\./g, '\\.')}: the viewer's worker for this file stopped \\(.*CompileError`));
         assert.equal(await page.locator('.tab').count(), 0);
       } finally {
+        release();
         await ctx.close();
       }
     }
