@@ -13,6 +13,7 @@ import { statSync, existsSync } from 'node:fs';
 import { join, basename } from 'node:path';
 import { tmpdir } from 'node:os';
 import { serve, browser, whenCoresIdle, ROOT, CORPUS } from './harness.js';
+import { waitForMark as until, median } from './probe-page.mjs';
 
 const args = process.argv.slice(2);
 const arg = (name, dflt) => (args.includes(name) ? args[args.indexOf(name) + 1] : dflt);
@@ -33,21 +34,7 @@ const loop = join(tmpdir(), 'memscape-bench-6.6M.pickle');
 if (!existsSync(loop)) execFileSync(memscape, ['synth', '--size', '6.6M', '-o', loop], { stdio: 'inherit' });
 files.push({ path: loop, torch: 669 });
 
-const median = v => { const s = [...v].sort((a, b) => a - b); return s.length ? s[Math.floor((s.length - 1) / 2)] : NaN; };
 const fmt = x => (Number.isFinite(x) ? x.toFixed(0) : '-');
-// Waits in the page for a mark (or an error) by looking every 5 ms. Not `waitForFunction`:
-// its first call has Playwright put its own script into the page, 12 ms of the main
-// thread's time while the file loads (seen in a trace), which the first file and the
-// cold page would otherwise be charged with.
-const until = (page, mark) => page.evaluate(m => new Promise((done, fail) => {
-  const since = performance.now();
-  const look = () => {
-    if (document.querySelector('#error') || (window.memscapeTimings || []).some(x => x[0] === m)) done();
-    else if (performance.now() - since > 60000) fail(new Error(`no ${m} mark in 60 s`));
-    else setTimeout(look, 5);
-  };
-  look();
-}), mark);
 const marks = (page, what) => page.evaluate(w => (window.memscapeTimings || []).filter(x => x[0] === w).map(x => x[1]), what);
 
 const srv = await serve();
