@@ -189,7 +189,7 @@ impl Server {
 
     #[tool(
         name = "what_if",
-        description = "Predicted peak of the run under changes of its training setup: activation checkpointing per layer, bf16 activations, SGD with momentum / 8-bit Adam / Adafactor instead of Adam, zero_grad(set_to_none=True) before forward, batch x2 and x0.5 (and x batch_factor if given). Each row says whether it applies and what it assumes."
+        description = "Predicted peak of the run under changes of its training setup: activation checkpointing per layer, bf16 activations, SGD with momentum / 8-bit Adam / Adafactor instead of the run's optimizer, zero_grad(set_to_none=True) before forward, batch x2 and x0.5 (and x batch_factor if given). Each row says whether it applies and what it assumes."
     )]
     async fn what_if(&self, Parameters(a): Parameters<WhatIfArgs>) -> Out {
         self.with(|s| s.what_if(&a.path, a.device, a.batch_factor)).map(Json)

@@ -76,9 +76,10 @@ impl Change {
         match self {
             Change::Checkpointing => "activation checkpointing per layer".into(),
             Change::Bf16Activations => "activations in bf16 instead of fp32".into(),
-            Change::Optimizer(Optimizer::SgdMomentum) => "SGD with momentum instead of Adam/AdamW".into(),
-            Change::Optimizer(Optimizer::Adam8bit) => "8-bit Adam instead of Adam/AdamW".into(),
-            Change::Optimizer(Optimizer::Adafactor) => "Adafactor instead of Adam/AdamW".into(),
+            // The prediction replaces the state the run measured, whatever kept it.
+            Change::Optimizer(Optimizer::SgdMomentum) => "SGD with momentum instead of the run's optimizer".into(),
+            Change::Optimizer(Optimizer::Adam8bit) => "8-bit Adam instead of the run's optimizer".into(),
+            Change::Optimizer(Optimizer::Adafactor) => "Adafactor instead of the run's optimizer".into(),
             Change::ZeroGradBeforeForward => "zero_grad(set_to_none=True) before the forward pass".into(),
             Change::Batch(k) => format!("batch size x {k}"),
         }
@@ -133,6 +134,8 @@ pub struct Basis {
     params: u64,
     adafactor: u64,
     adam8: u64,
+    /// The run's optimizer, where the file names it (`Inference::optimizer`).
+    optimizer: Option<String>,
 }
 
 impl Basis {
@@ -197,6 +200,7 @@ fn basis(snap: &Snapshot, tl: &Timeline, cats: &Categories) -> Basis {
         params,
         adafactor,
         adam8,
+        optimizer: cats.inference.as_ref().and_then(|i| i.optimizer.clone()),
     }
 }
 
@@ -332,7 +336,8 @@ fn explain(c: &Change, t: &Basis, grads_in_forward: bool) -> (String, Vec<Catego
             };
             (
                 format!(
-                    "the run's optimizer state is Adam/AdamW's ({} at its highest); it becomes {what} ({} for {} of parameters), alive at the same times; optimizer intermediates unchanged",
+                    "the run's optimizer state ({}{} at its highest) becomes {what} ({} for {} of parameters), alive at the same times; optimizer intermediates unchanged",
+                    t.optimizer.as_ref().map(|o| format!("{o}'s, ")).unwrap_or_default(),
                     size(t.optimizer_max),
                     size(bytes),
                     size(t.params),

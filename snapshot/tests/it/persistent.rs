@@ -128,6 +128,12 @@ fn another_optimizer_s_what_if_applies_to_a_run_recorded_mid_training() {
     let change = Change::Optimizer(Optimizer::SgdMomentum);
     let w = what_if(&snap, &tl, &cats, &[change]).remove(0);
     assert!(w.applies, "{}", w.assumption);
+    // The words name the run's optimizer as the file does, not an assumed one.
+    assert_eq!(w.change, "SGD with momentum instead of the run's optimizer");
+    assert!(w.assumption.starts_with("the run's optimizer state (AdamW's, "), "{}", w.assumption);
+    let (snap, tl, cats, _) = run(&warm(OptimizerKind::SgdMomentum));
+    let w8 = what_if(&snap, &tl, &cats, &[Change::Optimizer(Optimizer::Adam8bit)]).remove(0);
+    assert!(w8.assumption.starts_with("the run's optimizer state (SGD's, "), "{}", w8.assumption);
     let (_, _, _, sgd) = run(&warm(OptimizerKind::SgdMomentum));
     let err = (w.predicted_peak_bytes as f64 - sgd.peak_bytes as f64).abs() / sgd.peak_bytes as f64;
     assert!(
