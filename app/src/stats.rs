@@ -40,6 +40,9 @@ fn rows(t: &Tab) -> Vec<AnyView> {
         row("free_internal".into(), "free inside blocks".into(), sum.free_internal.max(0) as u64, true).into_any(),
         row("free_external".into(), "free between blocks".into(), sum.free_external, true).into_any(),
     ];
+    if let Some(w) = &sum.window {
+        rows.insert(0, text_row("window".into(), "a window of".into(), w.source.clone(), w.describe()).into_any());
+    }
     if let Some(d) = t.info.device_summary(t.device) {
         device_rows(&device_name(t.device), d, &mut rows);
     }

@@ -16,6 +16,7 @@ mod merge;
 mod parse;
 mod ranks;
 mod skill;
+mod slice;
 mod stats;
 mod synth;
 
@@ -64,6 +65,10 @@ enum Command {
     /// segments with their Python frames, plus every driver allocation outside them (NCCL,
     /// cuBLAS workspaces, CuPy...) marked as outside PyTorch's allocator.
     Merge(merge::Args),
+    /// Cut a window of a recording (the last N entries, a range of entries or of time, or an
+    /// annotation's span) into a smaller snapshot in PyTorch's own format: what was alive when
+    /// the window starts appears as memory allocated before the recording.
+    Slice(slice::Args),
     /// Generate a realistic synthetic snapshot (deterministic for a given seed).
     Synth(synth::Args),
     /// Run a CUDA program and record every device allocation it makes (needs an NVIDIA GPU).
@@ -83,6 +88,7 @@ fn main() -> ExitCode {
         Command::Mcp(a) => done(mcp::run(a)),
         Command::Skill(a) => done(skill::run(a)),
         Command::Merge(a) => done(merge::run(a)),
+        Command::Slice(a) => done(slice::run(a)),
         Command::Synth(a) => done(synth::run(a)),
         // The program's own exit code is memscape's.
         Command::Capture(a) => launch::run(a),

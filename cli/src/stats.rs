@@ -119,6 +119,9 @@ pub(crate) fn gpu_text(d: &snapshot::stats::DeviceSummary) -> String {
 
 fn print_stats(out: &mut impl std::io::Write, s: &snapshot::stats::Summary) -> std::io::Result<()> {
     use snapshot::stats::format_size as fs;
+    if let Some(w) = &s.window {
+        writeln!(out, "window: {}", w.describe())?;
+    }
     writeln!(out, "segments: {}", s.segments)?;
     writeln!(out, "total_reserved: {}", fs(s.total_reserved.into()))?;
     writeln!(out, "total_allocated: {}", fs(s.total_allocated.into()))?;

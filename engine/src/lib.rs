@@ -163,7 +163,7 @@ fn failed(name: &str, e: &snapshot::ReadError) -> String {
     // shapes (absurd lengths, bombs), which the command line refuses as well.
     if e.bound == Some(snapshot::Bound::Size) {
         msg.push_str(&format!(
-            ". The command-line `memscape stats {name}` reads snapshots of any size; a smaller one can be recorded with a lower max_entries in torch.cuda.memory._record_memory_history."
+            ". The command-line `memscape stats {name}` reads snapshots of any size, and `memscape slice {name} -o window.pickle --last 1000000` cuts a window of it that the viewer opens; a smaller one can be recorded with a lower max_entries in torch.cuda.memory._record_memory_history."
         ));
     }
     msg

@@ -50,6 +50,7 @@ pub mod pools;
 pub mod ranks;
 pub mod search;
 pub mod sites;
+pub mod slice;
 pub mod state;
 pub mod stats;
 pub mod synth;

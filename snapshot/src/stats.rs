@@ -25,6 +25,9 @@ pub struct Summary {
     /// `device` -1 ([`crate::host`]).
     #[serde(default)]
     pub host: Option<Box<DeviceSummary>>,
+    /// What the file is a window of, when `memscape slice` cut it ([`crate::slice`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<crate::slice::WindowInfo>,
 }
 
 /// Figures for one device.
@@ -126,6 +129,7 @@ pub fn summary_with(snap: &Snapshot, mut also: impl FnMut(Timeline)) -> Summary 
         free_external: 0,
         devices: Vec::new(),
         host: crate::host::summary(snap).map(Box::new),
+        window: crate::slice::WindowInfo::of(snap),
     };
     for seg in &snap.segments {
         s.total_reserved += seg.total_size;

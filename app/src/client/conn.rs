@@ -42,7 +42,8 @@ pub fn stopped(name: &str, why: &str) -> String {
     let why = if why.is_empty() { "it stopped" } else { why };
     format!(
         "{name}: the viewer's worker for this file stopped ({why}). A browser tab gives it at most 4 GiB of memory; \
-         the command-line `memscape stats {name}` reads snapshots of any size."
+         the command-line `memscape stats {name}` reads snapshots of any size, and `memscape slice {name} -o window.pickle \
+         --last 1000000` cuts a window of it that the viewer opens."
     )
 }
 

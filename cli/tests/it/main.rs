@@ -9,6 +9,7 @@ use serde_json::Value;
 
 mod check;
 mod ranks;
+mod slice;
 
 fn memscape(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_memscape")).args(args).output().unwrap()

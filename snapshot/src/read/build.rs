@@ -134,8 +134,10 @@ impl Builder<'_> {
                 "external_annotations" => snap.external_annotations = Some(self.annotations(v)?),
                 "host_segments" => snap.host_segments = Some(self.segments(v, "host_segments")?),
                 "host_traces" => snap.host_traces = Some(self.trace(v, "host_traces")?),
-                // memscape's own key (`memscape capture`): kept as a value, read by `device_info`.
+                // memscape's own keys. `memscape capture`'s: kept as a value, read by `device_info`.
                 crate::model::DEVICE_INFO_KEY => snap.extras.push((k, self.value(v, crate::model::DEVICE_INFO_KEY)?)),
+                // `memscape slice`'s: what the file is a window of, read by `slice::WindowInfo::of`.
+                crate::slice::WINDOW_KEY => snap.extras.push((k, self.value(v, crate::slice::WINDOW_KEY)?)),
                 _ => {
                     self.note_unknown("the snapshot", k);
                     let val = self.value(v, self.key(k))?;

@@ -11,6 +11,7 @@ mod persistent;
 mod pools;
 mod python;
 mod ranks;
+mod slice;
 
 /// A deterministic PRNG for chunk sizes and mutations.
 pub struct Rng(pub u64);
