@@ -25,6 +25,12 @@ pub(crate) fn record(what: &str, value: f64) {
     arr.push(&js_sys::Array::of2(&JsValue::from_str(what), &JsValue::from_f64(value)));
 }
 
+/// `?last=N` in the page's address: open files as a window of each trace's last N entries.
+pub(crate) fn window_param() -> Option<u64> {
+    let search = web_sys::window()?.location().search().ok()?;
+    search.trim_start_matches('?').split('&').find_map(|kv| kv.strip_prefix("last=")?.parse().ok())
+}
+
 pub(crate) fn canvas_by_id(id: &str) -> Option<web_sys::HtmlCanvasElement> {
     web_sys::window()?.document()?.get_element_by_id(id)?.dyn_into().ok()
 }

@@ -102,6 +102,17 @@ impl Opener {
                 record("read-worker", info.read_ms);
                 record("wasm-memory-worker", info.heap_bytes as f64);
                 self.plot.first_draw.set_value(Some((info.doc, started)));
+                if let Some(w) = &info.summary.window {
+                    let why = if engine::Loading::too_large_whole(info.bytes) {
+                        " (the file is over what a tab reads whole)"
+                    } else {
+                        ""
+                    };
+                    self.messages.notice.set(Some(format!(
+                        "Showing a window{why}: {}. Memory alive when it starts is drawn from its first step.",
+                        w.describe()
+                    )));
+                }
                 let doc = info.doc;
                 self.add_tab(Tab::new(info), wanted);
                 // After the tab: the views shown for the load stay shown.

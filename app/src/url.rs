@@ -151,11 +151,14 @@ fn hash_of(pairs: &[(&str, String)]) -> String {
     format!("#{}", h.join("&"))
 }
 
-fn write_hash(url: &str) {
+fn write_hash(hash: &str) {
     if let Some(w) = web_sys::window() {
-        if w.location().hash().ok().as_deref() != Some(url) {
+        if w.location().hash().ok().as_deref() != Some(hash) {
             if let Ok(hist) = w.history() {
-                let _ = hist.replace_state_with_url(&JsValue::NULL, "", Some(url));
+                // With the page's query (`?last=N`): a bare `#...` is resolved against the
+                // document's `<base href="./">`, which has none.
+                let url = format!("{}{hash}", w.location().search().unwrap_or_default());
+                let _ = hist.replace_state_with_url(&JsValue::NULL, "", Some(&url));
             }
         }
     }

@@ -375,6 +375,19 @@ fn checks() -> Vec<(String, Sample)> {
             })
         }),
     );
+    // A windowed read keeps a fixed window however long the file: each row dropped is moved
+    // about eight times, so its cost must grow with the file, not with file x window.
+    put(
+        "windowed read (the last 10,000 entries, 64 KiB chunks)",
+        Box::new(|i| {
+            per_call(|| {
+                let limits = snapshot::Limits { keep_last_entries: Some(10_000), ..snapshot::Limits::default() };
+                let mut l = snapshot::Loader::new(limits);
+                let fed = i.bytes.chunks(64 << 10).try_for_each(|c| l.feed(c).map(drop));
+                drop(black_box(fed.and_then(|()| l.finish())));
+            })
+        }),
+    );
     put(REWRITES, Box::new(|i| per_call(|| drop(black_box(snapshot::read(&i.rewrites))))));
     for kind in [TimelineKind::Blocks, TimelineKind::Segments] {
         put(

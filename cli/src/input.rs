@@ -52,8 +52,13 @@ impl Input {
 
 /// Reads a snapshot file in chunks through the incremental reader.
 pub(crate) fn load(path: &Path) -> anyhow::Result<snapshot::Loaded> {
+    load_with(path, limits())
+}
+
+/// Reads a snapshot file as [`load`] does, with these limits (a windowed read).
+pub(crate) fn load_with(path: &Path, limits: snapshot::Limits) -> anyhow::Result<snapshot::Loaded> {
     let mut f = File::open(path).with_context(|| format!("{}: cannot open", path.display()))?;
-    let mut loader = snapshot::Loader::new(limits());
+    let mut loader = snapshot::Loader::new(limits);
     if let Ok(m) = f.metadata() {
         loader.set_size_hint(m.len());
     }

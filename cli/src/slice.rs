@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context as _};
 use snapshot::slice::Window;
 
-use crate::input::load;
+use crate::input::{limits, load, load_with};
 
 #[derive(clap::Args)]
 #[command(group(clap::ArgGroup::new("window").required(true).args(["last", "entries", "time", "annotation"])))]
@@ -41,7 +41,11 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     if std::path::absolute(&file)? == std::path::absolute(&output)? {
         bail!("{}: the slice would overwrite its input; name another file with -o", output.display());
     }
-    let loaded = load(&file)?;
+    // The last entries are read as a window: memory follows it, not the file.
+    let loaded = match window {
+        Window::Last(n) => load_with(&file, snapshot::Limits { keep_last_entries: Some(n as u64), ..limits() })?,
+        _ => load(&file)?,
+    };
     let snap = &loaded.snapshot;
     let shown = file.display().to_string();
     let devices = snapshot::slice::devices(snap, device).map_err(|e| anyhow::anyhow!("{shown}: {e}"))?;

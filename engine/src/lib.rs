@@ -32,6 +32,8 @@ pub struct Loading {
     total: u64,
     loader: Loader,
     started: f64,
+    /// A windowed read: each trace's last this many entries.
+    last: Option<u64>,
 }
 
 impl Loading {
@@ -44,7 +46,20 @@ impl Loading {
     pub fn with_limits(name: &str, total: u64, now_ms: f64, limits: Limits) -> Self {
         let mut loader = Loader::new(limits);
         loader.set_size_hint(total);
-        Loading { name: name.to_string(), total, loader, started: now_ms }
+        Loading { name: name.to_string(), total, loader, started: now_ms, last: limits.keep_last_entries }
+    }
+
+    /// Starts reading a window of `name`: each trace's last `last` entries. Memory follows
+    /// the window, so the size limit of a whole file does not apply.
+    pub fn window(name: &str, total: u64, now_ms: f64, last: u64) -> Self {
+        let limits = Limits { keep_last_entries: Some(last), ..Limits::default() };
+        Self::with_limits(name, total, now_ms, limits)
+    }
+
+    /// Whether a file of `total` bytes is over what the page reads whole: it opens as a
+    /// window ([`Loading::window`]).
+    pub fn too_large_whole(total: u64) -> bool {
+        total > Limits::default().max_pickle_bytes
     }
 
     /// Feeds the next slice; an error names the file, what was wrong and where.
@@ -181,7 +196,10 @@ impl Engine {
         let name = loading.name.clone();
         let loaded = loading.loader.finish().map_err(|e| failed(&name, &e))?;
         let parsed = now_ms();
-        let snap = loaded.snapshot;
+        let mut snap = loaded.snapshot;
+        if let Some(n) = loading.last {
+            snapshot::slice::mark_window(&mut snap, &name, &snapshot::slice::Window::Last(n as usize));
+        }
         // The summary lays out every device; the default one's layout is kept for its lane.
         let default_device = snap.default_device();
         let mut first_lane = None;

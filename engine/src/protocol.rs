@@ -173,6 +173,10 @@ pub enum Finished {
     AllocatorState,
 }
 
+/// The entries of each trace a file too large to read whole keeps when it opens: its last
+/// twenty million (a window of them holds under 2 GB in the worker).
+pub const WINDOW_ENTRIES: u64 = 20_000_000;
+
 /// The load id of the bundled example, which the page's early worker (started by
 /// `index.html`) reads by itself; the page's own load ids start after it.
 pub const EARLY_ID: u32 = 1;
@@ -182,10 +186,13 @@ pub const EARLY_ID: u32 = 1;
 /// variant names: what a message is, is said by its variant, never by a position or a name.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum ToWorker {
-    /// Read the file that comes with the message (a `Blob`) as load `id`, named `name`.
+    /// Read the file that comes with the message (a `Blob`) as load `id`, named `name`:
+    /// whole, or a window of each trace's `last` entries (a file over what the page reads
+    /// whole opens as the window of its last [`WINDOW_ENTRIES`] without being asked).
     Open {
         id: u32,
         name: String,
+        last: Option<u64>,
     },
     /// A pool worker's run: its files come with the message (an array of `File`s), given
     /// once; [`ToWorker::Rank`] asks for them by index.

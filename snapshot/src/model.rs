@@ -341,6 +341,8 @@ pub struct Trace {
     other_actions: Vec<(u32, StrId)>,
     device_free: Vec<(u32, u64)>,
     extras: Vec<(u32, Vec<(StrId, Value)>)>,
+    /// Entries a windowed read left out before the first one kept ([`Trace::dropped`]).
+    dropped: u64,
 }
 
 impl Trace {
@@ -410,6 +412,45 @@ impl Trace {
         if !e.extras.is_empty() {
             self.extras.push((row as u32, e.extras.clone()));
         }
+    }
+
+    /// Entries of the file's trace before this one's first: a windowed read
+    /// ([`crate::Limits::keep_last_entries`]) keeps only the last ones, and entry `i` here is
+    /// entry `dropped() + i` of the file.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    /// Drops the first `k` entries (a windowed read keeping the last ones). O(entries left).
+    pub(crate) fn drop_front(&mut self, k: usize) {
+        let k = k.min(self.len());
+        if k == 0 {
+            return;
+        }
+        fn front<T>(v: &mut Vec<T>, k: usize) {
+            v.drain(..k.min(v.len()));
+        }
+        fn rows<T>(v: &mut Vec<(u32, T)>, k: usize) {
+            v.retain(|(row, _)| *row as usize >= k);
+            for (row, _) in v.iter_mut() {
+                *row -= k as u32;
+            }
+        }
+        front(&mut self.action, k);
+        front(&mut self.addr, k);
+        front(&mut self.size, k);
+        front(&mut self.stream, k);
+        front(&mut self.time_us, k);
+        front(&mut self.has_addr, k);
+        for c in
+            [&mut self.frames, &mut self.compile_context, &mut self.user_metadata, &mut self.category, &mut self.pool]
+        {
+            front(&mut c.0, k);
+        }
+        rows(&mut self.other_actions, k);
+        rows(&mut self.device_free, k);
+        rows(&mut self.extras, k);
+        self.dropped += k as u64;
     }
 
     /// Whether some entry has `action` (a scan of one byte per entry).

@@ -192,7 +192,8 @@ pub fn slice(snap: &Snapshot, window: &Window, devices: &[usize], source: &str) 
                 kept_times.push((d as i64, a, b));
             }
         }
-        sliced.ranges.push(r);
+        let before = t.dropped() as usize;
+        sliced.ranges.push(Range { start: r.start + before, end: r.end + before, of: r.of + before, ..r });
     }
     out.external_annotations = snap.external_annotations.as_ref().map(|anns| {
         anns.iter()
@@ -204,6 +205,23 @@ pub fn slice(snap: &Snapshot, window: &Window, devices: &[usize], source: &str) 
     let key = out.strings.intern(WINDOW_KEY);
     out.extras.push((key, info.to_value()));
     Ok((out, sliced))
+}
+
+/// Marks a windowed read ([`crate::Limits::keep_last_entries`]) as a window of `source`:
+/// each trace's range of the file's entries, from what the read left out.
+pub fn mark_window(snap: &mut Snapshot, source: &str, window: &Window) {
+    let ranges = (0..snap.n_trace_lists())
+        .filter(|&d| snap.trace(d).dropped() > 0 || !snap.trace(d).is_empty())
+        .map(|d| {
+            let t = snap.trace(d);
+            let before = t.dropped() as usize;
+            Range { device: d, start: before, end: before + t.len(), of: before + t.len() }
+        })
+        .collect();
+    let info = WindowInfo { source: source.to_string(), rule: window.to_string(), ranges };
+    let key = snap.strings.intern(WINDOW_KEY);
+    snap.extras.retain(|(k, _)| *k != key);
+    snap.extras.push((key, info.to_value()));
 }
 
 /// The segments of `device` as `state` holds them, each with its blocks in address order:

@@ -88,9 +88,14 @@ impl Worker {
         self.scope.performance().map_or_else(js_sys::Date::now, |p| p.now())
     }
 
-    async fn load(self: Rc<Self>, id: u32, blob: web_sys::Blob, name: String) {
+    async fn load(self: Rc<Self>, id: u32, blob: web_sys::Blob, name: String, last: Option<u64>) {
         let total = blob.size() as u64;
-        let mut loading = Loading::new(&name, total, self.now());
+        // A file too large to read whole opens as a window of its last entries.
+        let last = last.or_else(|| Loading::too_large_whole(total).then_some(engine::protocol::WINDOW_ENTRIES));
+        let mut loading = match last {
+            Some(n) => Loading::window(&name, total, self.now(), n),
+            None => Loading::new(&name, total, self.now()),
+        };
         // The file as a stream: each piece is parsed as soon as the browser has it, while the
         // browser reads the next (reading whole slices first and then parsing them left the
         // parser waiting on every read: a third of a small file's load; asking for the next
@@ -272,11 +277,11 @@ impl Worker {
                     self.pump();
                 }
             }
-            ToWorker::Open { id, name } => {
+            ToWorker::Open { id, name, last } => {
                 // A file: the warm-up has done what it could.
                 self.warm.take();
                 match with.dyn_into::<web_sys::Blob>() {
-                    Ok(blob) => wasm_bindgen_futures::spawn_local(self.clone().load(id, blob, name)),
+                    Ok(blob) => wasm_bindgen_futures::spawn_local(self.clone().load(id, blob, name, last)),
                     Err(_) => {
                         let event = LoadEvent::Failed(format!("{name}: the page gave the worker no file to read"));
                         self.send(&FromWorker::Load { id, event });
@@ -313,7 +318,7 @@ impl Worker {
             let blob = wasm_bindgen_futures::JsFuture::from(bytes).await.ok().and_then(|b| b.dyn_into().ok());
             if let Some(blob) = blob {
                 me.warm.take();
-                me.load(EARLY_ID, blob, name).await;
+                me.load(EARLY_ID, blob, name, None).await;
             }
         });
     }

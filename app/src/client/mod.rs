@@ -376,7 +376,7 @@ impl Client {
         };
         conn.load.replace(Some((id, handler)));
         self.0.loading.borrow_mut().insert(id, conn.clone());
-        conn.send_with(&ToWorker::Open { id, name: name.to_string() }, blob);
+        conn.send_with(&ToWorker::Open { id, name: name.to_string(), last: crate::dom::window_param() }, blob);
         id
     }
 

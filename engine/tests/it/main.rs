@@ -381,6 +381,41 @@ fn a_file_too_large_for_the_tab_is_refused_at_once_with_what_to_do_instead() {
     assert!(e.contains("memscape stats big.pickle") && e.contains("max_entries"), "{e}");
 }
 
+#[test]
+fn a_file_opened_as_a_window_draws_its_last_entries_and_says_so() {
+    let bytes = testkit::example("cs336-fullstep.pickle");
+    let whole = snapshot::read(&bytes).unwrap().snapshot;
+    let n = whole.trace(0).len() as u64;
+    // Even under a size limit the whole file would break: memory follows the window.
+    let limits =
+        snapshot::Limits { max_pickle_bytes: 1 << 20, keep_last_entries: Some(2000), ..snapshot::Limits::default() };
+    let mut l = Loading::with_limits("big.pickle", bytes.len() as u64, 0.0, limits);
+    for c in bytes.chunks(1 << 16) {
+        l.feed(c).unwrap();
+    }
+    let mut e = Engine::new();
+    let info = e.finish(1, l, &|| 0.0).unwrap();
+    assert_eq!(info.devices[0].entries, 2000);
+    let w = info.summary.window.as_ref().expect("a window");
+    assert_eq!((w.source.as_str(), w.rule.as_str()), ("big.pickle", "the last 2000 entries"));
+    assert_eq!(
+        w.ranges[0],
+        snapshot::slice::Range { device: 0, start: (n - 2000) as usize, end: n as usize, of: n as usize }
+    );
+    // Its figures are those of the same window cut from the whole file.
+    let (cut, _) = snapshot::slice::slice(&whole, &snapshot::slice::Window::Last(2000), &[0], "big.pickle").unwrap();
+    assert_eq!(info.summary.devices, stats::summary(&cut).devices);
+    let v = view(&mut e, info.doc, 0, Kind::Blocks, 0.0, 0.0, 400);
+    assert_eq!(v.n_steps, Timeline::build(&cut, 0, Kind::Blocks).n_steps());
+    // The page's own path: a window of the last N however large the file.
+    let mut l = Loading::window("huge.pickle", 64 << 30, 0.0, 2000);
+    for c in bytes.chunks(1 << 16) {
+        l.feed(c).unwrap();
+    }
+    assert!(Loading::too_large_whole(64 << 30) == cfg!(target_pointer_width = "32"));
+    assert_eq!(e.finish(2, l, &|| 0.0).unwrap().devices[0].entries, 2000);
+}
+
 /// Categories, hover classes, rules and a diff across two engines (as across two workers).
 #[test]
 fn categories_and_a_diff_across_two_workers() {

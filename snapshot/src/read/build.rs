@@ -155,6 +155,7 @@ impl Builder<'_> {
         let offset = o.offset;
         if o.items.is_empty() {
             let mut t = self.vm.objs[id as usize].rows.take().map(|b| *b).unwrap_or_default();
+            self.keep_window(&mut t);
             t.shrink_to_fit();
             self.note_entry_extras(&t);
             return Ok(t);
@@ -184,8 +185,16 @@ impl Builder<'_> {
                 }
             }
         }
+        self.keep_window(&mut t);
         self.note_entry_extras(&t);
         Ok(t)
+    }
+
+    /// A windowed read keeps a trace's last entries only (the VM kept a few more as it went).
+    fn keep_window(&self, t: &mut Trace) {
+        if let Some(n) = self.vm.limits.keep_last_entries {
+            t.drop_front(t.len().saturating_sub(usize::try_from(n).unwrap_or(usize::MAX)));
+        }
     }
 
     fn note_entry_extras(&mut self, t: &Trace) {

@@ -8,16 +8,95 @@
 //! V8): slots packed into 8 bytes (decoding them), and chunks as filled fixed-size arrays.
 
 use super::vm::PVal;
+use crate::model::StackId;
 
 /// Slots a chunk holds (16 bytes each: 256 KiB).
 const CHUNK_BITS: u32 = 14;
 const CHUNK: usize = 1 << CHUNK_BITS;
 
 /// Memo slots in order of their index: every chunk but the last is full.
+///
+/// A windowed read (`forget_entries`) bounds the memo by what the model keeps rather than by
+/// the file: each chunk, once full, forgets the trace entries' own slots (the entry dicts,
+/// which nothing can refer to again) and keeps the rest, a frames list's slot as its 4-byte
+/// stack id (PyTorch's pickles refer to an allocation's frames list again from its free, and
+/// from its block in the segments). A kept slot is then found by rank in a bitmap of the chunk
+/// (`Sparse`), an empty dense chunk standing in its place: 4 bytes for each event with a
+/// stack instead of 16 for each slot.
 #[derive(Default)]
 pub(crate) struct Memo {
     chunks: Vec<Vec<PVal>>,
     len: usize,
+    forget_entries: bool,
+    sparse: Vec<Option<Box<Sparse>>>,
+}
+
+/// A full chunk's kept slots: the stacks and the other values, each found by rank.
+struct Sparse {
+    stacks: Ranked<StackId>,
+    others: Ranked<PVal>,
+}
+
+/// Bit `i` of `bits` says slot `i` is here, at `kept[before[i / 64] + popcount(bits[i / 64]
+/// below bit i % 64)]`.
+struct Ranked<T> {
+    bits: [u64; CHUNK / 64],
+    before: [u16; CHUNK / 64],
+    kept: Vec<T>,
+}
+
+impl<T: Copy> Ranked<T> {
+    fn new() -> Self {
+        Ranked { bits: [0; CHUNK / 64], before: [0; CHUNK / 64], kept: Vec::new() }
+    }
+
+    /// Where slot `off` is, or would be.
+    fn rank(&self, off: usize) -> (usize, bool) {
+        let (w, b) = (off / 64, off % 64);
+        let word = self.bits[w];
+        (self.before[w] as usize + (word & ((1u64 << b) - 1)).count_ones() as usize, word >> b & 1 == 1)
+    }
+
+    fn get(&self, off: usize) -> Option<T> {
+        let (k, here) = self.rank(off);
+        here.then(|| self.kept[k])
+    }
+
+    /// Appends slot `off`, after every slot kept so far (slots in order).
+    fn push(&mut self, off: usize, v: T) {
+        self.bits[off / 64] |= 1 << (off % 64);
+        self.kept.push(v);
+    }
+
+    /// Closes word `w`'s count, when the slots before it are all in.
+    fn start_word(&mut self, w: usize) {
+        self.before[w] = self.kept.len() as u16;
+    }
+
+    /// Stores `v` in slot `off`, adding it when it is not here (O(chunk)).
+    fn set(&mut self, off: usize, v: T) {
+        match self.rank(off) {
+            (k, true) => self.kept[k] = v,
+            (k, false) => {
+                self.kept.insert(k, v);
+                self.bits[off / 64] |= 1 << (off % 64);
+                for w in off / 64 + 1..CHUNK / 64 {
+                    self.before[w] += 1;
+                }
+            }
+        }
+    }
+
+    /// Removes slot `off` if it is here (O(chunk)).
+    fn remove(&mut self, off: usize) {
+        if let (k, true) = self.rank(off) {
+            self.kept.remove(k);
+            self.bits[off / 64] &= !(1 << (off % 64));
+            for w in off / 64 + 1..CHUNK / 64 {
+                self.before[w] -= 1;
+            }
+        }
+    }
 }
 
 impl Memo {
@@ -25,32 +104,111 @@ impl Memo {
         self.len
     }
 
-    #[inline]
-    pub(crate) fn get(&self, idx: usize) -> Option<PVal> {
-        self.chunks.get(idx >> CHUNK_BITS).and_then(|c| c.get(idx & (CHUNK - 1))).copied()
+    /// A memo that forgets the trace entries' slots as its chunks fill (a windowed read).
+    pub(crate) fn forgetting_entries() -> Memo {
+        Memo { forget_entries: true, ..Memo::default() }
     }
 
     #[inline]
-    pub(crate) fn push(&mut self, v: PVal) {
+    pub(crate) fn get(&self, idx: usize) -> Option<PVal> {
+        match self.chunks.get(idx >> CHUNK_BITS).and_then(|c| c.get(idx & (CHUNK - 1))) {
+            Some(v) => Some(*v),
+            None if self.forget_entries => self.sparse_get(idx),
+            None => None,
+        }
+    }
+
+    /// Whether slot `idx` existed and a windowed read forgot it.
+    pub(crate) fn forgot(&self, idx: usize) -> bool {
+        self.forget_entries && idx < self.len && self.get(idx).is_none()
+    }
+
+    #[cold]
+    fn sparse_get(&self, idx: usize) -> Option<PVal> {
+        let s = self.sparse.get(idx >> CHUNK_BITS)?.as_ref()?;
+        let off = idx & (CHUNK - 1);
+        s.stacks.get(off).map(PVal::Stack).or_else(|| s.others.get(off))
+    }
+
+    /// Keeps only the slots of full chunk `c` that a later GET can need; returns the bytes
+    /// freed.
+    fn forget(&mut self, c: usize) -> u64 {
+        let slots = std::mem::take(&mut self.chunks[c]);
+        let mut s = Box::new(Sparse { stacks: Ranked::new(), others: Ranked::new() });
+        for (i, v) in slots.iter().enumerate() {
+            if i % 64 == 0 {
+                s.stacks.start_word(i / 64);
+                s.others.start_word(i / 64);
+            }
+            match *v {
+                PVal::Row(_) | PVal::Pending(_) => {}
+                PVal::Stack(sid) => s.stacks.push(i, sid),
+                other => s.others.push(i, other),
+            }
+        }
+        s.stacks.kept.shrink_to_fit();
+        s.others.kept.shrink_to_fit();
+        let kept = (s.stacks.kept.len() * 4 + s.others.kept.len() * 16) as u64;
+        if self.sparse.len() <= c {
+            self.sparse.resize_with(c + 1, || None);
+        }
+        self.sparse[c] = Some(s);
+        (CHUNK as u64 * 16).saturating_sub(kept)
+    }
+
+    /// Adds the next slot; returns the bytes a windowed read freed by forgetting the slots of
+    /// a chunk filled before (0 otherwise).
+    #[inline]
+    pub(crate) fn push(&mut self, v: PVal) -> u64 {
+        self.len += 1;
         match self.chunks.last_mut() {
-            Some(c) if c.len() < CHUNK => c.push(v),
+            Some(c) if c.len() < CHUNK => {
+                c.push(v);
+                0
+            }
             _ => self.push_to_new_chunk(v),
         }
-        self.len += 1;
     }
 
     #[cold]
     #[inline(never)]
-    fn push_to_new_chunk(&mut self, v: PVal) {
+    fn push_to_new_chunk(&mut self, v: PVal) -> u64 {
+        // The chunk before the last one: the last may still be rewritten (a frames list's
+        // slot becomes its stack once the list ends, a few slots later).
+        let freed = match self.chunks.len().checked_sub(2) {
+            Some(c) if self.forget_entries => self.forget(c),
+            _ => 0,
+        };
         let mut c = Vec::with_capacity(CHUNK);
         c.push(v);
         self.chunks.push(c);
+        freed
     }
 
     /// Stores `v` in an existing slot; an index at or past the end is ignored.
     pub(crate) fn set(&mut self, idx: usize, v: PVal) {
         if let Some(slot) = self.chunks.get_mut(idx >> CHUNK_BITS).and_then(|c| c.get_mut(idx & (CHUNK - 1))) {
             *slot = v;
+        } else if idx < self.len && self.forget_entries {
+            self.sparse_set(idx, v);
+        }
+    }
+
+    /// A slot of a forgetting chunk rewritten (a PUT to an old slot, a list becoming its
+    /// stack late: rare, O(chunk)).
+    #[cold]
+    fn sparse_set(&mut self, idx: usize, v: PVal) {
+        let Some(Some(s)) = self.sparse.get_mut(idx >> CHUNK_BITS) else { return };
+        let off = idx & (CHUNK - 1);
+        match v {
+            PVal::Stack(sid) => {
+                s.others.remove(off);
+                s.stacks.set(off, sid);
+            }
+            other => {
+                s.stacks.remove(off);
+                s.others.set(off, other);
+            }
         }
     }
 }
@@ -85,5 +243,40 @@ mod tests {
         m.set(n, PVal::Bool(true));
         assert_eq!(m.len(), n);
         assert!(m.get(n).is_none());
+    }
+
+    #[test]
+    fn a_forgetting_memo_keeps_all_but_the_entries_own_slots() {
+        let mut m = Memo::forgetting_entries();
+        let value = |i: usize| match i % 4 {
+            0 => PVal::Row(u32::MAX),
+            1 => PVal::Stack(StackId(i as u32)),
+            2 => PVal::Int(i as i64),
+            _ => PVal::Pending(0),
+        };
+        let n = 4 * CHUNK + 3;
+        let mut freed = 0;
+        for i in 0..n {
+            freed += m.push(value(i));
+        }
+        // Chunks 0 to 2 forgot their entries' slots (each chunk is, once two more are started);
+        // 3 and 4 are whole. A quarter of each are stacks (4 bytes), a quarter other values.
+        assert_eq!(freed, 3 * (CHUNK as u64 * 16 - (CHUNK as u64 / 4) * 20));
+        for i in (0..n).step_by(7).chain([CHUNK - 1, CHUNK, 2 * CHUNK - 1]) {
+            let dead = i < 3 * CHUNK && matches!(i % 4, 0 | 3);
+            if dead {
+                assert!(m.get(i).is_none() && m.forgot(i), "slot {i}");
+            } else {
+                assert!(same(m.get(i), value(i)), "slot {i}: {:?}", m.get(i));
+            }
+        }
+        // Rewriting old slots, kept or forgotten, stack or not.
+        m.set(5, PVal::Float(1.5));
+        m.set(8, PVal::Stack(StackId(99)));
+        m.set(CHUNK + 1, PVal::Stack(StackId(7)));
+        assert!(same(m.get(5), PVal::Float(1.5)));
+        assert!(same(m.get(8), PVal::Stack(StackId(99))));
+        assert!(same(m.get(CHUNK + 1), PVal::Stack(StackId(7))));
+        assert!(same(m.get(9), value(9)) && same(m.get(6), value(6)) && m.get(4).is_none());
     }
 }

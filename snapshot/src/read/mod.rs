@@ -175,7 +175,7 @@ impl Loader {
                 Ok(())
             }
             State::Pickle(p) => {
-                if self.consumed > self.limits.max_pickle_bytes {
+                if self.consumed > self.limits.whole_file_cap() {
                     return Err(too_large(self.consumed, self.limits, "decompressed, it is over").at(self.consumed));
                 }
                 p.feed(chunk)
@@ -299,7 +299,7 @@ fn detect(
         // Protocol 2+ starts with PROTO; protocols 0 and 1 with a container opcode, or with
         // GLOBAL when the pickle wants to run code (the VM then refuses it with a clear error).
         if first == 0x80 || (matches!(first, b'}' | b']' | b'(' | b')') && !looks_like_text(b)) || is_global(b) {
-            if let Some(size) = size_hint.filter(|&s| s > limits.max_pickle_bytes) {
+            if let Some(size) = size_hint.filter(|&s| s > limits.whole_file_cap()) {
                 return Err(too_large(size, limits, "it is"));
             }
             return Ok(Some(State::Pickle(Box::new(PickleState::new(limits, size_hint)))));

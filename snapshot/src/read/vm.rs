@@ -118,9 +118,26 @@ pub struct Limits {
     pub max_memory_bytes: u64,
     /// Longest single string or bytes value.
     pub max_string_bytes: u64,
-    /// Largest pickle stream (after decompression) the reader takes. A file known to be
-    /// larger is refused before it is read; a compressed one when its output passes this.
+    /// Largest pickle stream (after decompression) the reader takes whole. A file known to be
+    /// larger is refused before it is read; a compressed one when its output passes this. A
+    /// windowed read ([`Limits::keep_last_entries`]) takes any size.
     pub max_pickle_bytes: u64,
+    /// A windowed read: each trace keeps only its last this many entries ([`Trace::dropped`]
+    /// counts the others), and the memo forgets what only those entries used, so memory
+    /// follows the window, not the file. `None`: the whole trace.
+    pub keep_last_entries: Option<u64>,
+}
+
+impl Limits {
+    /// The largest pickle this read takes: [`Limits::max_pickle_bytes`], or any size for a
+    /// windowed read, whose memory follows its window.
+    pub fn whole_file_cap(&self) -> u64 {
+        if self.keep_last_entries.is_some() {
+            u64::MAX
+        } else {
+            self.max_pickle_bytes
+        }
+    }
 }
 
 impl Default for Limits {
@@ -133,6 +150,7 @@ impl Default for Limits {
             // 2.87 GiB opens with 3.3 GiB of wasm memory; at 2.98 GiB an array of the layout
             // outgrows wasm32's largest allocation (2 GiB). See docs/benchmarks.md.
             max_pickle_bytes: if wasm { 23 << 27 } else { u64::MAX },
+            keep_last_entries: None,
         }
     }
 }
@@ -309,7 +327,7 @@ impl Vm {
         Vm {
             stack: Vec::new(),
             marks: Vec::new(),
-            memo: Memo::default(),
+            memo: if limits.keep_last_entries.is_some() { Memo::forgetting_entries() } else { Memo::default() },
             memo_sparse: FxHashMap::default(),
             objs: Vec::new(),
             free_objs: Vec::new(),
@@ -594,7 +612,7 @@ impl Vm {
             }
         }
         if idx == len {
-            self.memo.push(v);
+            self.mem = self.mem.saturating_sub(self.memo.push(v));
             self.charge(16, offset)?;
         } else if idx < len {
             // A slot rewritten: a list body seen before may now refer to other frames.
@@ -610,6 +628,16 @@ impl Vm {
     fn memo_get(&mut self, idx: u64, offset: u64) -> Result<(), ReadError> {
         let v = match self.memo.get(idx as usize) {
             Some(v) => v,
+            None if self.memo.forgot(idx as usize) => {
+                return Err(err(
+                    ErrorKind::Malformed,
+                    format!(
+                        "memo entry {idx} (a trace entry's, which a windowed read does not keep) is referred to again; \
+                         open the file whole, or cut a window with `memscape slice`"
+                    ),
+                )
+                .at(offset))
+            }
             None => *self
                 .memo_sparse
                 .get(&idx)
@@ -1032,8 +1060,15 @@ impl Vm {
         };
         if let PVal::Pending(k) = item {
             if let Some(e) = self.pending.get(k as usize) {
-                push_row(&mut self.objs[lid as usize], e, self.size_hint, &mut self.rows_reserved, off);
-                self.mem += 48;
+                let dropped = push_row(
+                    &mut self.objs[lid as usize],
+                    e,
+                    self.size_hint,
+                    &mut self.rows_reserved,
+                    off,
+                    self.limits.keep_last_entries,
+                );
+                self.mem = (self.mem + 48).saturating_sub(48 * dropped);
                 self.pending_live = self.pending_live.saturating_sub(1);
                 if self.pending_live == 0 {
                     self.pending.clear();
@@ -1059,7 +1094,15 @@ impl Vm {
                 self.objs[did as usize].items = items;
                 if let Ok(entry) = entry {
                     self.charge(48, off)?;
-                    push_row(&mut self.objs[lid as usize], &entry, self.size_hint, &mut self.rows_reserved, off);
+                    let dropped = push_row(
+                        &mut self.objs[lid as usize],
+                        &entry,
+                        self.size_hint,
+                        &mut self.rows_reserved,
+                        off,
+                        self.limits.keep_last_entries,
+                    );
+                    self.mem = self.mem.saturating_sub(48 * dropped);
                     self.recycle(did);
                     return Ok(());
                 }
@@ -1440,7 +1483,7 @@ impl Vm {
             return None;
         }
         // Commit: memo slots in the order the pickle created them.
-        self.memo.push(PVal::Row(u32::MAX));
+        self.mem = self.mem.saturating_sub(self.memo.push(PVal::Row(u32::MAX)));
         let mut order: [(usize, u8); 5] = [(0, 0); 5];
         let mut n_order = 0;
         for &(at, _, _) in &new_strings[..n_new_strings] {
@@ -1465,7 +1508,7 @@ impl Vm {
                     }
                 };
                 e.frames = Some(sid);
-                self.memo.push(PVal::Stack(sid));
+                self.mem = self.mem.saturating_sub(self.memo.push(PVal::Stack(sid)));
             } else {
                 let Some(&(s_at, len, key)) = new_strings[..n_new_strings].iter().find(|x| x.0 == at) else { continue };
                 let text = std::str::from_utf8(&d[s_at..s_at + len]).unwrap_or("");
@@ -1476,7 +1519,7 @@ impl Vm {
                     K_USER_METADATA => e.user_metadata = Some(sid),
                     _ => e.category = Some(sid),
                 }
-                self.memo.push(PVal::Str(sid));
+                self.mem = self.mem.saturating_sub(self.memo.push(PVal::Str(sid)));
             }
         }
         self.mem += 16 * u64::from(memo_new);
@@ -1671,18 +1714,38 @@ fn is_frame_dict(items: &[PVal], strings: &Strings) -> bool {
 /// 200 bytes, so this avoids growing (and copying) the columns a dozen times. What all lists
 /// reserve together stays within one row per 64 bytes of the input (`reserved` counts it), so
 /// a file with a trace per device does not reserve the rest of the file once per device.
-fn push_row(l: &mut Obj, e: &Entry, size_hint: Option<u64>, reserved: &mut u64, off: u64) {
+///
+/// A windowed read (`keep_last`) keeps at most an eighth more than the window and then drops
+/// the oldest rows, so each row is moved about eight times and memory stays at the window.
+/// Returns how many rows it dropped.
+fn push_row(
+    l: &mut Obj,
+    e: &Entry,
+    size_hint: Option<u64>,
+    reserved: &mut u64,
+    off: u64,
+    keep_last: Option<u64>,
+) -> u64 {
+    let slack = keep_last.map(|n| n + (n / 8).max(1 << 16));
     let rows = l.rows.get_or_insert_with(|| {
         let left = size_hint.map_or(0, |h| (h / 64).saturating_sub(*reserved));
-        let reserve = size_hint.map_or(0, |h| h.saturating_sub(off) / 64).min(left);
+        let reserve = size_hint.map_or(0, |h| h.saturating_sub(off) / 64).min(left).min(slack.unwrap_or(u64::MAX));
         *reserved += reserve;
         Box::new(Trace::with_capacity(reserve as usize))
     });
+    let mut dropped = 0;
+    if let (Some(n), Some(most)) = (keep_last, slack) {
+        if rows.len() as u64 >= most && l.items.is_empty() {
+            dropped = rows.len() as u64 - n + 1;
+            rows.drop_front(dropped as usize);
+        }
+    }
     let row = rows.len() as u32;
     rows.push(e);
     if !l.items.is_empty() {
         l.items.push(PVal::Row(row));
     }
+    dropped
 }
 
 /// A small int opcode at `pos`: the value and the bytes used.

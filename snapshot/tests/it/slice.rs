@@ -195,3 +195,59 @@ fn windows_are_chosen_by_entries_time_and_annotation_and_refused_with_a_reason()
     assert!(e.contains("no annotation \"no such\""), "{e}");
     assert!(slice::devices(&snap, Some(7)).unwrap_err().contains("device 7 has no trace"));
 }
+
+/// `bytes` read keeping each trace's last `n` entries, fed in chunks of 1 to 64 KiB.
+fn read_last(bytes: &[u8], n: u64, rng: &mut crate::Rng) -> snapshot::Snapshot {
+    let mut l = snapshot::Loader::new(snapshot::Limits { keep_last_entries: Some(n), ..Default::default() });
+    l.set_size_hint(bytes.len() as u64);
+    let mut at = 0;
+    while at < bytes.len() {
+        let k = (1 + rng.below(64 << 10) as usize).min(bytes.len() - at);
+        l.feed(&bytes[at..at + k]).unwrap();
+        at += k;
+    }
+    l.finish().unwrap().snapshot
+}
+
+#[test]
+fn a_windowed_read_holds_what_slicing_the_whole_file_keeps() {
+    let mut rng = crate::Rng(7);
+    let mut checked = 0;
+    for (name, bytes) in testkit::files() {
+        let whole = snapshot::read(&bytes).unwrap().snapshot;
+        let longest = (0..whole.n_trace_lists()).map(|d| whole.trace(d).len()).max().unwrap_or(0);
+        if longest == 0 {
+            continue;
+        }
+        for n in [1, 1000, longest / 3, longest + 1] {
+            let read = read_last(&bytes, n as u64, &mut rng);
+            let (cut, what) =
+                slice::slice(&whole, &Window::Last(n), &(0..whole.n_trace_lists()).collect::<Vec<_>>(), &name).unwrap();
+            for d in 0..whole.n_trace_lists() {
+                let (a, b) = (read.trace(d), cut.trace(d));
+                assert_eq!(a.len(), b.len(), "{name} device {d}, last {n}");
+                assert_eq!(a.dropped() as usize, what.ranges[d].start, "{name} device {d}, last {n}");
+                for i in 0..a.len() {
+                    assert_eq!(a.entry(i), b.entry(i), "{name} device {d}, last {n}: entry {i}");
+                }
+            }
+            assert_eq!(read.segments.len(), cut.segments.len(), "{name}, last {n}");
+            assert!(read.segments == cut.segments, "{name}, last {n}: segments differ");
+            let mut marked = read.clone();
+            slice::mark_window(&mut marked, &name, &Window::Last(n));
+            let (sa, sb) = (snapshot::stats::summary(&marked), snapshot::stats::summary(&cut));
+            assert_eq!(
+                sa.window.as_ref().unwrap().ranges,
+                sb.window.as_ref().unwrap().ranges.iter().copied().filter(|r| r.of > 0).collect::<Vec<_>>(),
+                "{name}"
+            );
+            assert_eq!(
+                snapshot::stats::Summary { window: None, ..sa },
+                snapshot::stats::Summary { window: None, ..sb },
+                "{name}, last {n}"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= testkit::if_full(48, 20), "{checked}");
+}
