@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use engine::protocol::{DocId, Response};
+use engine::protocol::DocId;
 use engine::ranks::{self, Overview, RankProfile};
 use leptos::prelude::*;
 use leptos::task::spawn_local;
@@ -20,6 +20,10 @@ use crate::state::{Docs, Messages, Redraw};
 
 /// How often, at most, the overview is made again while files are still being read, ms.
 const REFRESH_MS: f64 = 400.0;
+/// How often, at most, the count of files read is shown while files are still being read, ms:
+/// each change is a frame (style, layout, paint, and the hover's hit test), which drawn for
+/// every answer cost the page about 1 s of 1,000 profiles.
+const PROGRESS_MS: f64 = 200.0;
 
 /// The run open in the Ranks view.
 #[derive(Clone, Copy)]
@@ -29,9 +33,12 @@ pub(crate) struct Run {
     /// What the workers answered, in the order they answered, and the index of each one's file.
     profiles: StoredValue<Vec<RankProfile>>,
     file_of: StoredValue<Vec<usize>>,
-    /// Files to read, and read (profiled or failed).
+    /// Files to read, and read (profiled or failed) as last shown ([`PROGRESS_MS`]).
     pub(crate) total: RwSignal<usize>,
     pub(crate) done: RwSignal<usize>,
+    /// Files read (profiled or failed), and when `done` was last shown.
+    read: StoredValue<usize>,
+    last_progress: StoredValue<f64>,
     /// Files that could not be read: path and why.
     pub(crate) failed: RwSignal<Vec<(String, String)>>,
     /// Files of a folder that are neither snapshots nor profiles by name.
@@ -64,6 +71,8 @@ impl Run {
             file_of: StoredValue::new(Vec::new()),
             total: RwSignal::new(0),
             done: RwSignal::new(0),
+            read: StoredValue::new(0),
+            last_progress: StoredValue::new(0.0),
             failed: RwSignal::new(Vec::new()),
             skipped: RwSignal::new(Vec::new()),
             overview: RwSignal::new(None),
@@ -109,6 +118,7 @@ impl Run {
         self.opened.set_value(HashMap::new());
         self.total.set(todo.len());
         self.done.set(0);
+        self.read.set_value(0);
         self.failed.set(Vec::new());
         self.skipped.set(skipped);
         self.overview.set(None);
@@ -123,40 +133,63 @@ impl Run {
             ));
             return;
         }
-        // The files go to each worker once, as one array.
-        let all = js_sys::Array::new();
-        self.files.with_value(|v| {
-            for (_, f) in v {
-                all.push(f);
-            }
+        // A profile's size is not asked (it costs a look at the disk, paid again when the file
+        // is posted); a snapshot's decides whether it goes alone.
+        let sizes: Vec<Option<u64>> = self.files.with_value(|v| {
+            todo.iter().map(|(k, p)| (!ranks::is_profile_name(p)).then(|| v[*k].1.size() as u64)).collect()
         });
-        let all = std::rc::Rc::new(all);
-        for (k, path) in todo {
-            let all = all.clone();
+        let workers = crate::client::rank_workers();
+        for batch in ranks::batches(&sizes, workers) {
+            let part: Vec<(usize, String)> = todo[batch.clone()].to_vec();
+            let size = sizes[batch].iter().map(|s| s.unwrap_or(0)).sum();
+            let files = js_sys::Array::new();
+            self.files.with_value(|v| {
+                for (k, _) in &part {
+                    files.push(&v[*k].1);
+                }
+            });
             spawn_local(async move {
-                let r = worker().rank((generation, &all), k as u32, &path).await;
+                let names = part.iter().map(|(_, p)| p.clone()).collect();
+                let answers = worker().rank(&files, names, size).await;
                 if self.generation.get_value() != generation {
                     return;
                 }
-                match r {
-                    Response::Rank(p) => {
-                        self.profiles.update_value(|v| v.push(*p));
-                        self.file_of.update_value(|v| v.push(k));
-                    }
-                    Response::Error(e) => self.failed.update(|f| f.push((path, e))),
-                    _ => {}
-                }
-                self.done.update(|d| *d += 1);
+                self.took(part, answers);
                 self.answered(started);
             });
         }
     }
 
-    /// Makes the overview again: at once when the last file is read, else at most every
-    /// [`REFRESH_MS`].
+    /// Keeps a batch's answers (`part`: each file's index and path): the profiles, and the
+    /// files that failed, with why.
+    fn took(self, part: Vec<(usize, String)>, answers: Vec<Result<RankProfile, String>>) {
+        let n = part.len();
+        let mut failed = Vec::new();
+        for ((k, path), a) in part.into_iter().zip(answers) {
+            match a {
+                Ok(p) => {
+                    self.profiles.update_value(|v| v.push(p));
+                    self.file_of.update_value(|v| v.push(k));
+                }
+                Err(e) => failed.push((path, e)),
+            }
+        }
+        if !failed.is_empty() {
+            self.failed.update(|f| f.extend(failed));
+        }
+        self.read.update_value(|d| *d += n);
+    }
+
+    /// Shows the count read and makes the overview again: at once when the last file is read,
+    /// else at most every [`PROGRESS_MS`] and [`REFRESH_MS`].
     fn answered(self, started: f64) {
-        let complete = self.done.get_untracked() == self.total.get_untracked();
+        let read = self.read.get_value();
+        let complete = read == self.total.get_untracked();
         let t = now();
+        if complete || t - self.last_progress.get_value() >= PROGRESS_MS {
+            self.last_progress.set_value(t);
+            self.done.set(read);
+        }
         if !complete && t - self.last_overview.get_value() < REFRESH_MS {
             return;
         }

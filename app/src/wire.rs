@@ -3,7 +3,7 @@
 //! [`ToWorker`](engine::protocol::ToWorker) or [`FromWorker`](engine::protocol::FromWorker),
 //! whose variant says what the message is; `with` is the one JS value postcard cannot carry,
 //! present when the variant names one: the file to open (`ToWorker::Open`), a run's files
-//! (`ToWorker::RunFiles`), a view's pixels (a `FromWorker::Reply` of a `Response::View`).
+//! (`ToWorker::Ranks`), a view's pixels (a `FromWorker::Reply` of a `Response::View`).
 //! Nothing is told apart by its position or by a file's name.
 
 use serde::de::DeserializeOwned;

@@ -123,8 +123,9 @@ pub enum Response {
     Doctor(Box<DoctorReport>),
     Diff(Box<Diff>),
     Flame(Box<FlameVm>),
-    /// A rank's file profiled by a pool worker (which keeps nothing of it).
-    Rank(Box<crate::ranks::RankProfile>),
+    /// A batch of a run's files profiled by a pool worker (which keeps nothing of them): per
+    /// file, in the order given, its profile or why it could not be read (naming it).
+    Ranks(Vec<Result<crate::ranks::RankProfile, String>>),
     Done,
     Error(String),
 }
@@ -194,15 +195,14 @@ pub enum ToWorker {
         name: String,
         last: Option<u64>,
     },
-    /// A pool worker's run: its files come with the message (an array of `File`s), given
-    /// once; [`ToWorker::Rank`] asks for them by index.
-    RunFiles,
-    /// Profile file `index` of the run's files for the ranks overview, keeping nothing of it:
-    /// answered as a reply to request `id` ([`Response::Rank`]).
-    Rank {
+    /// Profile the files that come with the message (an array of `File`s), named `names` in
+    /// the same order, for the ranks overview, one after another and keeping nothing of them:
+    /// answered once all are read, as a reply to request `id` ([`Response::Ranks`]). A batch
+    /// of files is one message each way: a message costs the page more than a profile's
+    /// figures ([`crate::ranks::batches`]).
+    Ranks {
         id: u32,
-        index: u32,
-        name: String,
+        names: Vec<String>,
     },
     Request {
         id: u32,

@@ -286,6 +286,53 @@ pub fn run_files(paths: &[&str], folder: bool) -> (Vec<usize>, Vec<usize>) {
     (read, skipped)
 }
 
+/// Whether a file is a profile by its name (`*.profile`, in any case): small, and read whole.
+pub fn is_profile_name(name: &str) -> bool {
+    name.to_ascii_lowercase().ends_with(".profile")
+}
+
+/// Files up to this size are small: several go to a worker in one batch, and a worker reads
+/// a few batches at once. A larger file goes alone, and its worker reads nothing else meanwhile
+/// (it may take a whole model).
+pub const SMALL: u64 = 4 << 20;
+
+/// The most files in a batch.
+pub const BATCH_FILES: usize = 16;
+
+/// Batches a worker should get at least, so that the last ones end together.
+const BATCHES_EACH: usize = 4;
+
+/// A run's files to read (their sizes in bytes; `None`: a profile, whose size is not asked, as
+/// that costs the page a look at the disk) in batches for the pool's `workers`, in order, each
+/// batch one message to a worker and one back: consecutive small files, at most
+/// [`BATCH_FILES`] and [`SMALL`] bytes together, and few enough for each worker to get
+/// [`BATCHES_EACH`]; a large file alone. A message costs the page about as much as a profile's
+/// figures, so 1,000 profiles are about 60 messages each way, not 1,000. O(files).
+pub fn batches(sizes: &[Option<u64>], workers: usize) -> Vec<std::ops::Range<usize>> {
+    let small = |s: &Option<u64>| s.is_none_or(|b| b <= SMALL);
+    let n_small = sizes.iter().filter(|s| small(s)).count();
+    let per = n_small.div_ceil(workers.max(1) * BATCHES_EACH).clamp(1, BATCH_FILES);
+    let mut out = Vec::new();
+    let (mut start, mut bytes) = (0, 0u64);
+    for (k, s) in sizes.iter().enumerate() {
+        let b = s.unwrap_or(0);
+        let full = k - start == per || bytes + b > SMALL;
+        if k > start && (!small(s) || full) {
+            out.push(start..k);
+            (start, bytes) = (k, 0);
+        }
+        bytes += b;
+        if !small(s) {
+            out.push(k..k + 1);
+            (start, bytes) = (k + 1, 0);
+        }
+    }
+    if start < sizes.len() {
+        out.push(start..sizes.len());
+    }
+    out
+}
+
 /// Whether files chosen together open as a run (the Ranks view) rather than as tabs: a folder
 /// always, files chosen one by one when there are three or more (one or two are tabs, to
 /// look at or compare).

@@ -53,8 +53,6 @@ struct Worker {
     tick: web_sys::MessageChannel,
     /// A slice is already in line.
     ticking: Cell<bool>,
-    /// A pool worker's run: its files, asked for by index.
-    run_files: RefCell<Option<js_sys::Array>>,
     /// A spare worker's warm-up, in the background slices until a file comes.
     warm: RefCell<Option<Warmup>>,
     /// The first view the page asked for ahead ([`ToWorker::Ahead`]) while the file was read.
@@ -178,21 +176,25 @@ impl Worker {
         self.pump();
     }
 
-    /// Profiles one rank's file for the page's pool ([`ToWorker::Rank`]): read in
-    /// slices, reduced to its [`RankProfile`](engine::ranks::RankProfile), and nothing of it
-    /// kept, so the worker reads the next file with the same memory.
-    async fn rank(self: Rc<Self>, id: u32, blob: web_sys::Blob, name: String) {
-        let response = match self.read_rank(blob, &name).await.and_then(RankLoad::finish) {
-            Ok(p) => Response::Rank(Box::new(p)),
-            Err(e) => Response::Error(e),
-        };
-        self.send(&FromWorker::Reply { id, response });
+    /// Profiles a batch of a run's files for the page's pool ([`ToWorker::Ranks`]), one after
+    /// another: each read (in slices when a snapshot), reduced to its
+    /// [`RankProfile`](engine::ranks::RankProfile), and nothing of it kept, so the worker reads
+    /// the next file with the same memory. One answer for the batch.
+    async fn ranks(self: Rc<Self>, id: u32, files: js_sys::Array, names: Vec<String>) {
+        let mut out = Vec::with_capacity(names.len());
+        for (k, name) in names.into_iter().enumerate() {
+            out.push(match files.get(k as u32).dyn_into::<web_sys::Blob>() {
+                Ok(blob) => self.read_rank(blob, &name).await.and_then(RankLoad::finish),
+                Err(_) => Err(format!("{name}: not given to the worker")),
+            });
+        }
+        self.send(&FromWorker::Reply { id, response: Response::Ranks(out) });
     }
 
     /// Reads a rank's file into a [`RankLoad`]: a profile whole, a snapshot in slices.
     async fn read_rank(&self, blob: web_sys::Blob, name: &str) -> Result<RankLoad, String> {
         let unread = |e: String, at: u64| format!("{name}: the browser could not read the file at byte {at}: {e}");
-        if name.to_ascii_lowercase().ends_with(".profile") {
+        if engine::ranks::is_profile_name(name) {
             // A profile (a few hundred KB) in one read, without asking its size (which costs
             // a look at the disk).
             let bytes = wasm_bindgen_futures::JsFuture::from(blob.array_buffer())
@@ -288,19 +290,10 @@ impl Worker {
                     }
                 }
             }
-            ToWorker::RunFiles => {
+            ToWorker::Ranks { id, names } => {
                 self.warm.take();
-                self.run_files.replace(with.dyn_into::<js_sys::Array>().ok());
-            }
-            ToWorker::Rank { id, index, name } => {
-                let file = self.run_files.borrow().as_ref().map(|f| f.get(index));
-                match file.and_then(|f| f.dyn_into::<web_sys::Blob>().ok()) {
-                    Some(blob) => wasm_bindgen_futures::spawn_local(self.clone().rank(id, blob, name)),
-                    None => self.send(&FromWorker::Reply {
-                        id,
-                        response: Response::Error(format!("{name}: not given to the worker")),
-                    }),
-                }
+                let files = with.dyn_into::<js_sys::Array>().unwrap_or_default();
+                wasm_bindgen_futures::spawn_local(self.clone().ranks(id, files, names));
             }
         }
     }
@@ -421,7 +414,6 @@ fn main() {
         engine: RefCell::new(Engine::new()),
         tick,
         ticking: Cell::new(false),
-        run_files: RefCell::new(None),
         warm: RefCell::new(None),
         ahead: RefCell::new(None),
         loaded: Cell::new(None),

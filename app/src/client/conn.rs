@@ -29,8 +29,8 @@ pub(super) struct Conn {
     pub(super) dead: RefCell<Option<String>>,
     /// A pool worker's files in hand, and whether one is large.
     pub(super) in_flight: Cell<u32>,
-    /// The run whose files a pool worker was given (0: none).
-    pub(super) run: Cell<u32>,
+    /// Whether a pool worker has been given a run's files.
+    pub(super) ranked: Cell<bool>,
     pub(super) large: Cell<bool>,
     pub(super) analysed: AnalysedHandler,
     /// When it was started (ms since the page started).
@@ -77,7 +77,7 @@ impl Conn {
             blob: RefCell::new(blob.clone()),
             dead: RefCell::new(None),
             in_flight: Cell::new(0),
-            run: Cell::new(0),
+            ranked: Cell::new(false),
             large: Cell::new(false),
             analysed: analysed.clone(),
             spawned,

@@ -28,6 +28,7 @@ use crate::js_error::js_error;
 pub use conn::stopped;
 use conn::Conn;
 use early::Early;
+pub use ranks::rank_workers;
 use ranks::RankPool;
 
 type LoadHandler = Rc<dyn Fn(u32, LoadEvent)>;

@@ -3,6 +3,7 @@
 use std::rc::Rc;
 
 use engine::protocol::{Response, ToWorker};
+use engine::ranks::{RankProfile, SMALL};
 use futures_channel::oneshot;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
@@ -12,9 +13,9 @@ use super::Client;
 use crate::js_error::js_error;
 
 /// Workers reused across a run's files, at most [`rank_workers`]. A worker reads one large
-/// file at a time, or up to [`RANK_DEPTH`] small ones (profiles, tiny snapshots) at once, so
-/// that the messages' round trips overlap the reading; files wait their turn in `waiting`
-/// (first come, first served).
+/// file at a time, or up to [`RANK_DEPTH`] batches of small ones (profiles, tiny snapshots:
+/// `engine::ranks::batches`), so that the next batch is there when one ends; batches wait
+/// their turn in `waiting` (first come, first served).
 #[derive(Default)]
 pub(super) struct RankPool {
     pub(super) workers: Vec<Rc<Conn>>,
@@ -26,29 +27,23 @@ pub(super) struct RankPool {
 /// Workers started ahead of a run that no run used end after this long (ms).
 const WARM_MS: i32 = 60_000;
 
-/// Files up to this size are small: a worker may hold several at once.
-const RANK_SMALL: u64 = 4 << 20;
-/// Small files a worker holds at once.
-const RANK_DEPTH: u32 = 8;
+/// Batches of small files a worker holds at once: one read, one waiting.
+const RANK_DEPTH: u32 = 2;
 
 /// How many workers profile a run: one per core the browser reports, at least 1, and at most
 /// 8 (each may take a snapshot's whole model while it reads it).
-fn rank_workers() -> usize {
+pub fn rank_workers() -> usize {
     let cores = web_sys::window().map_or(1.0, |w| w.navigator().hardware_concurrency());
     (cores as usize).clamp(1, 8)
 }
 
 impl Client {
-    /// Profiles file `index` of run `run` (its id and its files, the same array for every
-    /// file of the run) in the pool, waiting for room in a worker: answers `Response::Rank`, or
-    /// `Response::Error` naming the file and why.
-    pub async fn rank(&self, run: (u32, &js_sys::Array), index: u32, name: &str) -> Response {
-        // A profile is small (a few hundred KB); a `File`'s size costs a look at the disk.
-        let size = if name.to_ascii_lowercase().ends_with(".profile") {
-            0
-        } else {
-            run.1.get(index).dyn_into::<web_sys::Blob>().map_or(0, |b| b.size() as u64)
-        };
+    /// Profiles a batch of a run's files (`files`, named `names`, of `size` bytes together) in
+    /// the pool, waiting for room in a worker: per file, in order, its profile or why it could
+    /// not be read (naming it). Each `File` goes to the worker that reads it, once: posting one
+    /// costs the page a look at the disk.
+    pub async fn rank(&self, files: &js_sys::Array, names: Vec<String>, size: u64) -> Vec<Result<RankProfile, String>> {
+        let fail = |why: &str| names.iter().map(|n| Err(format!("{n}: {why}"))).collect();
         let conn = match self.pooled(size) {
             Ok(Some(c)) => c,
             Ok(None) => {
@@ -56,42 +51,38 @@ impl Client {
                 self.0.ranks.borrow_mut().waiting.push_back((size, tx));
                 match rx.await {
                     Ok(c) => c,
-                    Err(_) => return Response::Error(format!("{name}: no worker to read it")),
+                    Err(_) => return fail("no worker to read it"),
                 }
             }
-            Err(e) => {
-                return Response::Error(format!("{name}: the browser could not start a worker: {}", js_error(&e)))
-            }
+            Err(e) => return fail(&format!("the browser could not start a worker: {}", js_error(&e))),
         };
-        if conn.run.get() != run.0 {
-            // The run's files go to a worker once, in one message: a message per `File` costs
-            // the page about 2 ms each (most of the time of 1,000 profiles), one of them all
-            // about as much as one.
-            conn.send_with(&ToWorker::RunFiles, run.1);
-            conn.run.set(run.0);
-        }
+        conn.ranked.set(true);
         let id = self.0.id();
         let (tx, rx) = oneshot::channel();
         conn.pending.borrow_mut().insert(id, tx);
-        conn.send(&ToWorker::Rank { id, index, name: name.to_string() });
-        let mut r = rx.await.unwrap_or_else(|_| Response::Error("the worker stopped".into()));
-        if let Some(why) = conn.dead.borrow().clone() {
-            // The worker may have held other files: this answer names this one.
-            r = Response::Error(format!(
-                "{name}: the worker reading it stopped ({why}); the command-line `memscape ranks` reads files of any size"
-            ));
-        }
+        conn.send_with(&ToWorker::Ranks { id, names: names.clone() }, files);
+        let r = rx.await.unwrap_or_else(|_| Response::Error("the worker stopped".into()));
+        let dead = conn.dead.borrow().clone();
+        let out = match (dead, r) {
+            // The worker may have held other files: each answer names its own.
+            (Some(why), _) => fail(&format!(
+                "the worker reading it stopped ({why}); the command-line `memscape ranks` reads files of any size"
+            )),
+            (None, Response::Ranks(v)) if v.len() == names.len() => v,
+            (None, Response::Error(e)) => fail(&e),
+            (None, _) => fail("the worker answered something else"),
+        };
         self.release(&conn, size);
-        r
+        out
     }
 
-    /// Room for a file of `size` bytes in the pool: an idle worker, else a new one while fewer
-    /// than [`rank_workers`] live, else (a small file) the least busy worker holding only small
-    /// files; `None`: no room now. The worker counts the file as in hand.
+    /// Room for a batch of `size` bytes in the pool: an idle worker, else a new one while fewer
+    /// than [`rank_workers`] live, else (a small batch) the least busy worker holding only
+    /// small ones; `None`: no room now. The worker counts the batch as in hand.
     fn pooled(&self, size: u64) -> Result<Option<Rc<Conn>>, JsValue> {
         let mut pool = self.0.ranks.borrow_mut();
         pool.workers.retain(|c| c.dead.borrow().is_none());
-        let small = size <= RANK_SMALL;
+        let small = size <= SMALL;
         let idle = pool.workers.iter().find(|c| c.in_flight.get() == 0).cloned();
         let conn = match idle {
             Some(c) => c,
@@ -118,10 +109,10 @@ impl Client {
         Ok(Some(conn))
     }
 
-    /// A file is done: its room goes to the files waiting, in their order.
+    /// A batch is done: its room goes to the batches waiting, in their order.
     fn release(&self, conn: &Conn, size: u64) {
         conn.in_flight.set(conn.in_flight.get().saturating_sub(1));
-        if size > RANK_SMALL {
+        if size > SMALL {
             conn.large.set(false);
         }
         loop {
@@ -129,9 +120,9 @@ impl Client {
             let Ok(Some(c)) = self.pooled(size) else { return };
             let Some((_, next)) = self.0.ranks.borrow_mut().waiting.pop_front() else { return };
             if let Err(c) = next.send(c) {
-                // That file was given up: its room goes back.
+                // That batch was given up: its room goes back.
                 c.in_flight.set(c.in_flight.get().saturating_sub(1));
-                if size > RANK_SMALL {
+                if size > SMALL {
                     c.large.set(false);
                 }
             }
@@ -157,7 +148,7 @@ impl Client {
             let pool = me.0.ranks.borrow();
             // Ended only if no run has been given to the pool and nothing warmed it since.
             let unused =
-                pool.warmed == warmed && pool.workers.iter().all(|c| c.in_flight.get() == 0 && c.run.get() == 0);
+                pool.warmed == warmed && pool.workers.iter().all(|c| c.in_flight.get() == 0 && !c.ranked.get());
             drop(pool);
             if unused {
                 me.end_idle_rank_workers();

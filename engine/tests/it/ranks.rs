@@ -140,3 +140,21 @@ fn fewer_than_three_ranks_have_rows_and_no_outliers() {
     assert!(o.ranks.outliers.is_empty() && o.outlier.iter().all(Option::is_none));
     assert!(ranks::overview(&[]).ranks.ranks.is_empty());
 }
+
+#[test]
+fn a_run_goes_to_the_workers_in_batches_of_small_files_and_large_files_alone() {
+    // 1,000 profiles for 2 workers: batches of 16, in order, every file once.
+    let b = ranks::batches(&[None; 1000], 2);
+    assert_eq!(b.len(), 63);
+    assert!(b.iter().all(|r| r.len() <= ranks::BATCH_FILES));
+    assert_eq!(b.iter().flat_map(|r| r.clone()).collect::<Vec<_>>(), (0..1000).collect::<Vec<_>>());
+    // Six small files: one each, so that both workers have some.
+    assert_eq!(ranks::batches(&[Some(1 << 20); 6], 2), (0..6).map(|k| k..k + 1).collect::<Vec<_>>());
+    // A large file alone; small ones together up to SMALL bytes (here 2 files a batch, then 4).
+    let mb = |m: u64| Some(m << 20);
+    let sizes = [mb(1), None, mb(100), mb(3), mb(2), mb(1), None];
+    assert_eq!(ranks::batches(&sizes, 1), vec![0..2, 2..3, 3..4, 4..6, 6..7]);
+    let sizes = [mb(1), None, mb(100), mb(3), mb(1), mb(2), None, None, None, None, None, None, None, None];
+    assert_eq!(ranks::batches(&sizes, 1), vec![0..2, 2..3, 3..5, 5..9, 9..13, 13..14]);
+    assert!(ranks::batches(&[], 2).is_empty());
+}
