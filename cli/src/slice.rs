@@ -41,9 +41,13 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     if std::path::absolute(&file)? == std::path::absolute(&output)? {
         bail!("{}: the slice would overwrite its input; name another file with -o", output.display());
     }
-    // The last entries are read as a window: memory follows it, not the file.
+    // A window of entries is read as such: memory follows it, not the file.
     let loaded = match window {
         Window::Last(n) => load_with(&file, snapshot::Limits { keep_last_entries: Some(n as u64), ..limits() })?,
+        Window::Entries { start, end } => {
+            let range = (start as u64, end.map_or(u64::MAX, |e| e as u64));
+            load_with(&file, snapshot::Limits { keep_entries: Some(range), ..limits() })?
+        }
         _ => load(&file)?,
     };
     let snap = &loaded.snapshot;
@@ -52,6 +56,11 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     let source = file.file_name().map_or(shown.clone(), |n| n.to_string_lossy().into_owned());
     let (cut, what) =
         snapshot::slice::slice(snap, &window, &devices, &source).map_err(|e| anyhow::anyhow!("{shown}: {e}"))?;
+    if what.ranges.iter().all(|r| r.start == r.end) {
+        let sizes: Vec<String> =
+            what.ranges.iter().map(|r| format!("device {} has {} entries", r.device, r.of)).collect();
+        bail!("{shown}: {window} keeps no entry ({})", sizes.join(", "));
+    }
     write_whole(&output, &cut)?;
     let mut err = std::io::stderr().lock();
     for r in &what.ranges {

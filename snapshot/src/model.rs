@@ -343,6 +343,25 @@ pub struct Trace {
     extras: Vec<(u32, Vec<(StrId, Value)>)>,
     /// Entries a windowed read left out before the first one kept ([`Trace::dropped`]).
     dropped: u64,
+    /// A windowed read of a range: what came after it, while the file is read.
+    tail: Option<Box<Tail>>,
+    /// Entries a windowed read of a range left out after the last one kept.
+    after: u64,
+}
+
+/// The entries after a window of a range, reduced as they come to what undoing them from the
+/// final segments needs: every segment event, and per address the block events up to its
+/// first that is not a `free_requested` (undoing an earlier event of an address overrides
+/// what undoing its later ones did, except that undoing a `free_requested` only clears the
+/// pending flag the next one left). So it holds about one entry per address, not per event.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Tail {
+    /// Entries after the window, all of them.
+    pub seen: u64,
+    /// The entries kept, in order.
+    pub entries: Vec<Entry>,
+    /// Addresses whose block events no longer matter.
+    closed: rustc_hash::FxHashSet<u64>,
 }
 
 impl Trace {
@@ -419,6 +438,51 @@ impl Trace {
     /// entry `dropped() + i` of the file.
     pub fn dropped(&self) -> u64 {
         self.dropped
+    }
+
+    /// Counts an entry before a window of a range, not kept.
+    pub(crate) fn skip_front(&mut self) {
+        self.dropped += 1;
+    }
+
+    /// Entries after a window of a range seen so far.
+    pub(crate) fn tail_len(&self) -> u64 {
+        self.tail.as_ref().map_or(0, |t| t.seen)
+    }
+
+    /// An entry after a window of a range: kept if undoing it can change the state at the
+    /// window's end (see [`Tail`]).
+    pub(crate) fn push_tail(&mut self, e: &Entry) {
+        let t = self.tail.get_or_insert_with(Box::default);
+        t.seen += 1;
+        let keep = match e.action {
+            Action::Alloc | Action::Free | Action::FreeCompleted | Action::FreeRequested => {
+                let addr = e.addr.unwrap_or(0);
+                let open = !t.closed.contains(&addr);
+                if open && e.action != Action::FreeRequested {
+                    t.closed.insert(addr);
+                }
+                open
+            }
+            Action::SegmentAlloc | Action::SegmentFree | Action::SegmentMap | Action::SegmentUnmap => true,
+            _ => false,
+        };
+        if keep {
+            t.entries.push(Entry { extras: Vec::new(), ..e.clone() });
+        }
+    }
+
+    /// The entries after a window of a range, taken out (empty for other reads).
+    pub(crate) fn take_tail(&mut self) -> Option<Box<Tail>> {
+        let t = self.tail.take()?;
+        self.after = t.seen;
+        Some(t)
+    }
+
+    /// Entries of the file's trace after this one's last: a windowed read of a range leaves
+    /// them out (the file has `dropped() + len() + after()`).
+    pub fn after(&self) -> u64 {
+        self.after
     }
 
     /// Drops the first `k` entries (a windowed read keeping the last ones). O(entries left).

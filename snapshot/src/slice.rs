@@ -96,18 +96,27 @@ pub struct Sliced {
 }
 
 /// The entries of `device` that `window` keeps. An error says why none can be chosen.
+///
+/// Indices are the file's; the range returned is of the entries `snap` holds (a windowed read
+/// holds some of the file's: [`Trace::dropped`]).
 pub fn resolve(snap: &Snapshot, device: usize, window: &Window) -> Result<Range, String> {
     let t = snap.trace(device);
     let of = t.len();
-    let range = |start: usize, end: usize| Range { device, start, end, of };
+    let (before, file) = (t.dropped() as usize, t.dropped() as usize + of + t.after() as usize);
+    // File indices to held ones.
+    let range = |start: usize, end: usize| {
+        let held = |i: usize| i.saturating_sub(before).min(of);
+        Range { device, start: held(start), end: held(end), of }
+    };
     match window {
-        Window::Last(n) => Ok(range(of.saturating_sub(*n), of)),
+        Window::Last(n) => Ok(range(file.saturating_sub(*n), file)),
         Window::Entries { start, end } => {
-            let end = end.unwrap_or(of).min(of);
-            if *start > end {
-                return Err(format!("entries {start}..{end}: device {device} has {of} entries"));
+            let end = end.unwrap_or(file).min(file);
+            if end < *start && end < file {
+                return Err(format!("entries {start}..{end}: the end comes before the start"));
             }
-            Ok(range(*start, end))
+            // A start past a device's trace keeps none of it (another device may be longer).
+            Ok(range((*start).min(end), end))
         }
         Window::Time { from, to } => {
             if of > 0 && !t.has_time() {
@@ -117,10 +126,10 @@ pub fn resolve(snap: &Snapshot, device: usize, window: &Window) -> Result<Range,
             let to = to.unwrap_or(i64::MAX);
             let inside = |i: usize| t.time_us(i).is_some_and(|x| from <= x && x <= to);
             let Some(start) = (0..of).find(|&i| inside(i)) else {
-                return Ok(range(of, of));
+                return Ok(Range { device, start: of, end: of, of });
             };
             let end = (start..of).rev().find(|&i| inside(i)).map_or(start, |i| i + 1);
-            Ok(range(start, end))
+            Ok(Range { device, start, end, of })
         }
         Window::Annotation(name) => {
             let anns = snap.external_annotations.as_deref().unwrap_or_default();
@@ -193,7 +202,8 @@ pub fn slice(snap: &Snapshot, window: &Window, devices: &[usize], source: &str) 
             }
         }
         let before = t.dropped() as usize;
-        sliced.ranges.push(Range { start: r.start + before, end: r.end + before, of: r.of + before, ..r });
+        let of = before + r.of + t.after() as usize;
+        sliced.ranges.push(Range { start: r.start + before, end: r.end + before, of, ..r });
     }
     out.external_annotations = snap.external_annotations.as_ref().map(|anns| {
         anns.iter()
@@ -207,15 +217,46 @@ pub fn slice(snap: &Snapshot, window: &Window, devices: &[usize], source: &str) 
     Ok((out, sliced))
 }
 
-/// Marks a windowed read ([`crate::Limits::keep_last_entries`]) as a window of `source`:
+/// Finishes a windowed read of a range ([`crate::Limits::keep_entries`]): each device's
+/// segments become the allocator state where its window ends, found by undoing what the read
+/// kept of the entries after it from the final segments; pinned host memory is left out, as
+/// [`slice`] leaves it.
+pub(crate) fn settle_tails(snap: &mut Snapshot) {
+    let types = (snap.strings.intern("large"), snap.strings.intern("small"));
+    snap.host_segments = None;
+    snap.host_traces = None;
+    for d in 0..snap.n_trace_lists() {
+        let Some(tail) = snap.device_traces.as_mut().and_then(|t| t[d].take_tail()) else { continue };
+        let mut after = Snapshot {
+            segments: snap.segments.iter().filter(|s| s.device == d as i64).cloned().collect(),
+            device_traces: Some(vec![Trace::default(); d + 1]),
+            ..Snapshot::default()
+        };
+        if let Some(traces) = after.device_traces.as_mut() {
+            let t = &mut traces[d];
+            for e in &tail.entries {
+                t.push(e);
+            }
+        }
+        let state = StateIndex::build(&after, d).state_after(&after, None);
+        let t = snap.trace(d);
+        let traced: FxHashSet<u64> =
+            (0..t.len()).filter(|&i| t.action(i) == Action::Alloc).map(|i| t.addr(i)).collect();
+        let segments = segments_of(snap, d, &state, &traced, types);
+        snap.segments.retain(|s| s.device != d as i64);
+        snap.segments.extend(segments);
+    }
+}
+
+/// Marks a windowed read ([`crate::Limits::keep_last_entries`], `keep_entries`) as a window of `source`:
 /// each trace's range of the file's entries, from what the read left out.
 pub fn mark_window(snap: &mut Snapshot, source: &str, window: &Window) {
     let ranges = (0..snap.n_trace_lists())
-        .filter(|&d| snap.trace(d).dropped() > 0 || !snap.trace(d).is_empty())
+        .filter(|&d| snap.trace(d).dropped() + snap.trace(d).after() > 0 || !snap.trace(d).is_empty())
         .map(|d| {
             let t = snap.trace(d);
             let before = t.dropped() as usize;
-            Range { device: d, start: before, end: before + t.len(), of: before + t.len() }
+            Range { device: d, start: before, end: before + t.len(), of: before + t.len() + t.after() as usize }
         })
         .collect();
     let info = WindowInfo { source: source.to_string(), rule: window.to_string(), ranges };

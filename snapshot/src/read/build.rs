@@ -41,6 +41,9 @@ pub(crate) fn build(mut vm: Vm) -> Result<(Snapshot, Vec<Warning>), ReadError> {
     snap.strings = std::mem::take(&mut vm.strings);
     snap.frames = std::mem::take(&mut vm.frames);
     snap.stacks = std::mem::take(&mut vm.stacks);
+    if vm.limits.keep_entries.is_some() {
+        crate::slice::settle_tails(&mut snap);
+    }
     Ok((snap, warnings))
 }
 

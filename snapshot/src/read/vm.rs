@@ -126,13 +126,22 @@ pub struct Limits {
     /// counts the others), and the memo forgets what only those entries used, so memory
     /// follows the window, not the file. `None`: the whole trace.
     pub keep_last_entries: Option<u64>,
+    /// A windowed read of entries `start..end` of each trace (file indices; `end` past the
+    /// trace: to its end). What follows the window is reduced as it goes to what the
+    /// allocator state at the window's end needs (`slice::settle_tail`).
+    pub keep_entries: Option<(u64, u64)>,
 }
 
 impl Limits {
+    /// Whether this is a windowed read (of the last entries, or of a range).
+    pub fn windowed(&self) -> bool {
+        self.keep_last_entries.is_some() || self.keep_entries.is_some()
+    }
+
     /// The largest pickle this read takes: [`Limits::max_pickle_bytes`], or any size for a
     /// windowed read, whose memory follows its window.
     pub fn whole_file_cap(&self) -> u64 {
-        if self.keep_last_entries.is_some() {
+        if self.windowed() {
             u64::MAX
         } else {
             self.max_pickle_bytes
@@ -151,6 +160,7 @@ impl Default for Limits {
             // outgrows wasm32's largest allocation (2 GiB). See docs/benchmarks.md.
             max_pickle_bytes: if wasm { 23 << 27 } else { u64::MAX },
             keep_last_entries: None,
+            keep_entries: None,
         }
     }
 }
@@ -327,7 +337,7 @@ impl Vm {
         Vm {
             stack: Vec::new(),
             marks: Vec::new(),
-            memo: if limits.keep_last_entries.is_some() { Memo::forgetting_entries() } else { Memo::default() },
+            memo: if limits.windowed() { Memo::forgetting_entries() } else { Memo::default() },
             memo_sparse: FxHashMap::default(),
             objs: Vec::new(),
             free_objs: Vec::new(),
@@ -1066,7 +1076,7 @@ impl Vm {
                     self.size_hint,
                     &mut self.rows_reserved,
                     off,
-                    self.limits.keep_last_entries,
+                    self.limits,
                 );
                 self.mem = (self.mem + 48).saturating_sub(48 * dropped);
                 self.pending_live = self.pending_live.saturating_sub(1);
@@ -1100,7 +1110,7 @@ impl Vm {
                         self.size_hint,
                         &mut self.rows_reserved,
                         off,
-                        self.limits.keep_last_entries,
+                        self.limits,
                     );
                     self.mem = self.mem.saturating_sub(48 * dropped);
                     self.recycle(did);
@@ -1715,26 +1725,33 @@ fn is_frame_dict(items: &[PVal], strings: &Strings) -> bool {
 /// reserve together stays within one row per 64 bytes of the input (`reserved` counts it), so
 /// a file with a trace per device does not reserve the rest of the file once per device.
 ///
-/// A windowed read (`keep_last`) keeps at most an eighth more than the window and then drops
-/// the oldest rows, so each row is moved about eight times and memory stays at the window.
-/// Returns how many rows it dropped.
-fn push_row(
-    l: &mut Obj,
-    e: &Entry,
-    size_hint: Option<u64>,
-    reserved: &mut u64,
-    off: u64,
-    keep_last: Option<u64>,
-) -> u64 {
-    let slack = keep_last.map(|n| n + (n / 8).max(1 << 16));
+/// A windowed read of the last entries keeps at most an eighth more than the window and then
+/// drops the oldest rows, so each row is moved about eight times and memory stays at the
+/// window; one of a range keeps the rows inside it and gives those after it to the trace's
+/// tail. Returns how many rows it did not keep (for the memory count).
+fn push_row(l: &mut Obj, e: &Entry, size_hint: Option<u64>, reserved: &mut u64, off: u64, limits: Limits) -> u64 {
+    let window = limits.keep_last_entries.map(|n| n + (n / 8).max(1 << 16));
+    let range = limits.keep_entries.filter(|_| l.items.is_empty());
     let rows = l.rows.get_or_insert_with(|| {
         let left = size_hint.map_or(0, |h| (h / 64).saturating_sub(*reserved));
-        let reserve = size_hint.map_or(0, |h| h.saturating_sub(off) / 64).min(left).min(slack.unwrap_or(u64::MAX));
+        let most = window.or(range.map(|(a, b)| b.saturating_sub(a))).unwrap_or(u64::MAX);
+        let reserve = size_hint.map_or(0, |h| h.saturating_sub(off) / 64).min(left).min(most);
         *reserved += reserve;
         Box::new(Trace::with_capacity(reserve as usize))
     });
+    if let Some((start, end)) = range {
+        let at = rows.dropped() + rows.len() as u64 + rows.tail_len();
+        if at < start {
+            rows.skip_front();
+            return 1;
+        }
+        if at >= end {
+            rows.push_tail(e);
+            return 1;
+        }
+    }
     let mut dropped = 0;
-    if let (Some(n), Some(most)) = (keep_last, slack) {
+    if let (Some(n), Some(most)) = (limits.keep_last_entries, window) {
         if rows.len() as u64 >= most && l.items.is_empty() {
             dropped = rows.len() as u64 - n + 1;
             rows.drop_front(dropped as usize);

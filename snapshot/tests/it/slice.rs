@@ -165,8 +165,10 @@ fn windows_are_chosen_by_entries_time_and_annotation_and_refused_with_a_reason()
     let r = slice::resolve(&snap, 0, &Window::Last(10)).unwrap();
     assert_eq!((r.start, r.end, r.of), (n - 10, n, n));
     assert_eq!(slice::resolve(&snap, 0, &Window::Last(n + 5)).unwrap().start, 0);
-    let e = slice::resolve(&snap, 0, &Window::Entries { start: n + 1, end: None }).unwrap_err();
-    assert!(e.contains(&format!("has {n} entries")), "{e}");
+    let r = slice::resolve(&snap, 0, &Window::Entries { start: n + 1, end: None }).unwrap();
+    assert_eq!((r.start, r.end), (n, n), "a start past the trace keeps none of it");
+    let e = slice::resolve(&snap, 0, &Window::Entries { start: 20, end: Some(10) }).unwrap_err();
+    assert!(e.contains("the end comes before the start"), "{e}");
     // Time: the entries from the first at or after `from` to the last at or before `to`.
     let (from, to) = (t.time_us(100).unwrap(), t.time_us(200).unwrap());
     let r = slice::resolve(&snap, 0, &Window::Time { from: Some(from), to: Some(to) }).unwrap();
@@ -198,7 +200,11 @@ fn windows_are_chosen_by_entries_time_and_annotation_and_refused_with_a_reason()
 
 /// `bytes` read keeping each trace's last `n` entries, fed in chunks of 1 to 64 KiB.
 fn read_last(bytes: &[u8], n: u64, rng: &mut crate::Rng) -> snapshot::Snapshot {
-    let mut l = snapshot::Loader::new(snapshot::Limits { keep_last_entries: Some(n), ..Default::default() });
+    read_windowed(bytes, snapshot::Limits { keep_last_entries: Some(n), ..Default::default() }, rng)
+}
+
+fn read_windowed(bytes: &[u8], limits: snapshot::Limits, rng: &mut crate::Rng) -> snapshot::Snapshot {
+    let mut l = snapshot::Loader::new(limits);
     l.set_size_hint(bytes.len() as u64);
     let mut at = 0;
     while at < bytes.len() {
@@ -250,4 +256,45 @@ fn a_windowed_read_holds_what_slicing_the_whole_file_keeps() {
         }
     }
     assert!(checked >= testkit::if_full(48, 20), "{checked}");
+}
+
+/// Segments in a stable order (a read keeps the file's; a slice lists them device by device).
+fn sorted(mut s: Vec<snapshot::Segment>) -> Vec<snapshot::Segment> {
+    s.sort_by_key(|g| (g.device, g.address));
+    s
+}
+
+#[test]
+fn a_windowed_read_of_a_range_holds_what_slicing_the_whole_file_keeps() {
+    let mut rng = crate::Rng(11);
+    let mut checked = 0;
+    for (name, bytes) in testkit::files() {
+        let whole = snapshot::read(&bytes).unwrap().snapshot;
+        let n = (0..whole.n_trace_lists()).map(|d| whole.trace(d).len()).max().unwrap_or(0);
+        if n == 0 {
+            continue;
+        }
+        let all: Vec<usize> = (0..whole.n_trace_lists()).collect();
+        for (a, b) in [(0, n / 2), (n / 4, 3 * n / 4), (n / 3, n), (n - 1, n + 5), (5, 6)] {
+            let limits = snapshot::Limits { keep_entries: Some((a as u64, b as u64)), ..Default::default() };
+            let read = read_windowed(&bytes, limits, &mut rng);
+            let (cut, what) = slice::slice(&whole, &Window::Entries { start: a, end: Some(b) }, &all, &name).unwrap();
+            let at = format!("{name}, entries {a}..{b}");
+            for d in 0..whole.n_trace_lists() {
+                let (x, y) = (read.trace(d), cut.trace(d));
+                assert_eq!(x.len(), y.len(), "{at}: device {d}");
+                assert_eq!(x.dropped() as usize, what.ranges[d].start.min(whole.trace(d).len()), "{at}: device {d}");
+                for i in 0..x.len() {
+                    assert_eq!(x.entry(i), y.entry(i), "{at}: device {d} entry {i}");
+                }
+            }
+            let (x, y) = (sorted(read.segments.clone()), sorted(cut.segments.clone()));
+            assert_eq!(x.len(), y.len(), "{at}");
+            for (s, t) in x.iter().zip(&y) {
+                assert!(s == t, "{at}: segment {:#x} differs:\n{s:?}\n{t:?}", s.address);
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= testkit::if_full(60, 25), "{checked}");
 }
