@@ -27,6 +27,7 @@ use crate::stats::StatsPanel;
 use crate::tabs::{Banners, Header, Loads};
 use crate::timeline::Timeline;
 use crate::url::{self, Restore};
+use crate::window_picker::WindowPicker;
 
 #[component]
 pub(crate) fn App() -> impl IntoView {
@@ -173,6 +174,7 @@ fn FileViews() -> impl IntoView {
     view! {
         <OomBanner/>
         <HistoryBanner/>
+        <WindowPicker/>
         <Show when=move || host() && (shown.is(Mode::Doctor) || shown.is(Mode::Categories))>
             <p class="hint" id="per-gpu">"Categories and the doctor are per GPU: pick a cuda device above. The host's pinned memory has the timeline, its statistics, events, allocator state and flame graph."</p>
         </Show>

@@ -26,9 +26,10 @@ pub(crate) fn record(what: &str, value: f64) {
 }
 
 /// `?last=N` in the page's address: open files as a window of each trace's last N entries.
-pub(crate) fn window_param() -> Option<u64> {
+pub(crate) fn window_param() -> Option<engine::protocol::ReadWindow> {
     let search = web_sys::window()?.location().search().ok()?;
-    search.trim_start_matches('?').split('&').find_map(|kv| kv.strip_prefix("last=")?.parse().ok())
+    let last = search.trim_start_matches('?').split('&').find_map(|kv| kv.strip_prefix("last=")?.parse().ok());
+    last.map(engine::protocol::ReadWindow::Last)
 }
 
 pub(crate) fn canvas_by_id(id: &str) -> Option<web_sys::HtmlCanvasElement> {

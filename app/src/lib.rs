@@ -37,6 +37,7 @@ mod tabs;
 mod text;
 mod timeline;
 mod url;
+mod window_picker;
 mod wire;
 
 /// Starts the workers' side and mounts the page.

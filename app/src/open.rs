@@ -5,7 +5,7 @@
 use std::cell::Cell;
 use std::rc::Rc;
 
-use engine::protocol::{DocId, LoadEvent, Request, Response};
+use engine::protocol::{DocId, LoadEvent, ReadWindow, Request, Response};
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 use wasm_bindgen::JsCast;
@@ -61,19 +61,32 @@ impl Opener {
         self.loads.with(|l| l.iter().any(|l| l.bytes > 0))
     }
 
-    /// Opens a file or blob; on failure the error is shown and what was open stays open.
+    /// Opens a file or blob (whole, or the window `?last=N` in the address asks for); on
+    /// failure the error is shown and what was open stays open.
     pub(crate) fn open(self, blob: web_sys::Blob, name: String) {
-        self.open_as(blob, name, true, None);
+        self.open_as(blob, name, true, crate::dom::window_param(), None);
+    }
+
+    /// Opens a window of a file in a tab of its own.
+    pub(crate) fn open_window(self, blob: web_sys::Blob, name: String, window: ReadWindow) {
+        self.open_as(blob, name, true, Some(window), None);
     }
 
     /// Opens a file as [`Opener::open`] does, then calls `then` with its tab once it is open.
     pub(crate) fn open_then(self, blob: web_sys::Blob, name: String, then: impl Fn(DocId) + 'static) {
-        self.open_as(blob, name, true, Some(Rc::new(then)));
+        self.open_as(blob, name, true, crate::dom::window_param(), Some(Rc::new(then)));
     }
 
     /// Opens a file; one that is not `wanted` (the bundled example) only comes to the front
     /// if no other file was opened meanwhile.
-    fn open_as(self, blob: web_sys::Blob, name: String, wanted: bool, then: Option<Rc<dyn Fn(DocId)>>) {
+    fn open_as(
+        self,
+        blob: web_sys::Blob,
+        name: String,
+        wanted: bool,
+        window: Option<ReadWindow>,
+        then: Option<Rc<dyn Fn(DocId)>>,
+    ) {
         // A file with no name (a drop from another program can give one) still needs a word
         // on its tab and in its messages.
         let name = if name.is_empty() { UNNAMED.to_string() } else { name };
@@ -82,7 +95,7 @@ impl Opener {
         let shown = name.clone();
         let ahead = self.ahead(name.clone(), wanted);
         let on_progress = ahead.clone();
-        let id = worker().open(&blob, &name, move |id, ev| match ev {
+        let id = worker().open(&blob, &name, window, move |id, ev| match ev {
             LoadEvent::Progress { bytes, .. } => {
                 self.loads.update(|l| {
                     if let Some(l) = l.iter_mut().find(|l| l.id == id) {
@@ -215,7 +228,7 @@ impl Opener {
                 match wasm_bindgen_futures::JsFuture::from(asked).await {
                     Ok(b) if b.is_instance_of::<web_sys::Blob>() => {
                         record("example-fetched-at", now());
-                        self.open_as(b.unchecked_into(), EXAMPLE.to_string(), false, None);
+                        self.open_as(b.unchecked_into(), EXAMPLE.to_string(), false, None, None);
                     }
                     // Not fetched: the worker meant for it waits for the next file. Unless it
                     // stopped first (then the example was not fetched either): the page says
@@ -241,7 +254,7 @@ impl Opener {
             let Ok(p) = resp.blob() else { return };
             if let Ok(b) = wasm_bindgen_futures::JsFuture::from(p).await {
                 record("example-fetched-at", now());
-                self.open_as(b.unchecked_into(), EXAMPLE.to_string(), false, None);
+                self.open_as(b.unchecked_into(), EXAMPLE.to_string(), false, None, None);
             }
         });
     }

@@ -27,10 +27,10 @@ after(async () => {
   await srv?.close();
 });
 
-/** `memscape slice --last LAST` then `memscape stats --json` on the slice. */
-function sliced() {
+/** `memscape slice WINDOW...` then `memscape stats --json` on the slice. */
+function sliced(...window) {
   const out = join(mkdtempSync(join(tmpdir(), 'memscape-window-')), 'slice.pickle');
-  execFileSync(MEMSCAPE, ['slice', join(CORPUS, NAME), '-o', out, '--last', String(LAST)], { stdio: 'pipe' });
+  execFileSync(MEMSCAPE, ['slice', join(CORPUS, NAME), '-o', out, ...window], { stdio: 'pipe' });
   return JSON.parse(execFileSync(MEMSCAPE, ['stats', '--json', out], { maxBuffer: 1 << 26 }).toString());
 }
 
@@ -43,7 +43,7 @@ test('a file forced into window mode shows its last entries, and every view work
     + 'Memory alive when it starts is drawn from its first step.');
   await painted(page);
   // Statistics: a window of which file, and the figures of the slice.
-  const want = sliced();
+  const want = sliced('--last', String(LAST));
   const stats = await statsOf(page);
   const row = await page.locator('#stats-table tr[data-key="window"] td').textContent();
   assert.match(row, new RegExp(`^the last ${LAST} entries of ${NAME.replace(/\./g, '\\.')} `));
@@ -78,4 +78,33 @@ test('a file forced into window mode shows its last entries, and every view work
   const summary = await page.locator('#state-summary').textContent();
   assert.match(summary, new RegExp(`^${want.segments} segments`), summary);
   await shot(page, 'window');
+});
+
+test('another window of the same file, picked on the page, opens in a tab of its own with the figures of that slice', async t => {
+  if (!needs(t, NAME)) return;
+  if (!await page.locator('#window-picker').count()) {
+    await page.setInputFiles('#file-input', join(CORPUS, NAME));
+    await tabShown(page, NAME);
+  }
+  assert.match(await page.locator('#window-held').textContent(), /^A window of the last 2000 entries of /);
+  const tabs = await page.locator('.tab').count();
+  await page.selectOption('#window-kind', 'range');
+  await page.fill('#window-from', '17000');
+  await page.fill('#window-to', '18000');
+  await page.click('#window-open');
+  await page.waitForFunction(n => document.querySelectorAll('.tab').length === n + 1, tabs);
+  await page.waitForFunction(() => /entries 17000\.\.18000 of /.test(document.querySelector('#notice')?.textContent ?? ''), null, { timeout: 30000 });
+  assert.equal(await page.locator('#notice').textContent(), `Showing a window: entries 17000..18000 of ${NAME} (device 0: entries 17000..18000 of 19464). `
+    + 'Memory alive when it starts is drawn from its first step.');
+  await painted(page);
+  await page.waitForFunction(() => /17000\.\.18000/.test(document.querySelector('#stats-table tr[data-key="window"] td')?.textContent ?? ''));
+  const want = sliced('--entries', '17000..18000');
+  const stats = await statsOf(page);
+  assert.equal(stats.trace_entries, 1000);
+  for (const [k, v] of [['segments', want.segments], ['total_reserved', want.total_reserved],
+    ['total_allocated', want.total_allocated], ['timeline.peak_bytes', want.devices[0].timeline.peak_bytes],
+    ['timeline.final_bytes', want.devices[0].timeline.final_bytes]]) {
+    assert.equal(stats[k], v, k);
+  }
+  await shot(page, 'window-range');
 });

@@ -32,8 +32,8 @@ pub struct Loading {
     total: u64,
     loader: Loader,
     started: f64,
-    /// A windowed read: each trace's last this many entries.
-    last: Option<u64>,
+    /// A windowed read: which entries of each trace it keeps.
+    window: Option<ReadWindow>,
 }
 
 impl Loading {
@@ -46,13 +46,21 @@ impl Loading {
     pub fn with_limits(name: &str, total: u64, now_ms: f64, limits: Limits) -> Self {
         let mut loader = Loader::new(limits);
         loader.set_size_hint(total);
-        Loading { name: name.to_string(), total, loader, started: now_ms, last: limits.keep_last_entries }
+        let window = match (limits.keep_last_entries, limits.keep_entries) {
+            (Some(n), _) => Some(ReadWindow::Last(n)),
+            (None, Some((a, b))) => Some(ReadWindow::Entries(a, b)),
+            (None, None) => None,
+        };
+        Loading { name: name.to_string(), total, loader, started: now_ms, window }
     }
 
-    /// Starts reading a window of `name`: each trace's last `last` entries. Memory follows
-    /// the window, so the size limit of a whole file does not apply.
-    pub fn window(name: &str, total: u64, now_ms: f64, last: u64) -> Self {
-        let limits = Limits { keep_last_entries: Some(last), ..Limits::default() };
+    /// Starts reading a window of `name`. Memory follows the window, so the size limit of a
+    /// whole file does not apply.
+    pub fn window(name: &str, total: u64, now_ms: f64, window: ReadWindow) -> Self {
+        let limits = match window {
+            ReadWindow::Last(n) => Limits { keep_last_entries: Some(n), ..Limits::default() },
+            ReadWindow::Entries(a, b) => Limits { keep_entries: Some((a, b)), ..Limits::default() },
+        };
         Self::with_limits(name, total, now_ms, limits)
     }
 
@@ -197,8 +205,15 @@ impl Engine {
         let loaded = loading.loader.finish().map_err(|e| failed(&name, &e))?;
         let parsed = now_ms();
         let mut snap = loaded.snapshot;
-        if let Some(n) = loading.last {
-            snapshot::slice::mark_window(&mut snap, &name, &snapshot::slice::Window::Last(n as usize));
+        if let Some(w) = loading.window {
+            let rule = match w {
+                ReadWindow::Last(n) => snapshot::slice::Window::Last(n as usize),
+                ReadWindow::Entries(a, b) => snapshot::slice::Window::Entries {
+                    start: a as usize,
+                    end: usize::try_from(b).ok().filter(|&b| b < usize::MAX),
+                },
+            };
+            snapshot::slice::mark_window(&mut snap, &name, &rule);
         }
         // The summary lays out every device; the default one's layout is kept for its lane.
         let default_device = snap.default_device();

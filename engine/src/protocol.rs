@@ -174,6 +174,15 @@ pub enum Finished {
     AllocatorState,
 }
 
+/// Which entries of each trace a windowed read keeps (file indices).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReadWindow {
+    /// The last N.
+    Last(u64),
+    /// Entries `start..end` (`end` past the trace: to its end).
+    Entries(u64, u64),
+}
+
 /// The entries of each trace a file too large to read whole keeps when it opens: its last
 /// twenty million (a window of them holds under 2 GB in the worker).
 pub const WINDOW_ENTRIES: u64 = 20_000_000;
@@ -188,12 +197,12 @@ pub const EARLY_ID: u32 = 1;
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum ToWorker {
     /// Read the file that comes with the message (a `Blob`) as load `id`, named `name`:
-    /// whole, or a window of each trace's `last` entries (a file over what the page reads
-    /// whole opens as the window of its last [`WINDOW_ENTRIES`] without being asked).
+    /// whole, or a window of it (a file over what the page reads whole opens as the window of
+    /// its last [`WINDOW_ENTRIES`] without being asked).
     Open {
         id: u32,
         name: String,
-        last: Option<u64>,
+        window: Option<ReadWindow>,
     },
     /// Profile the files that come with the message (an array of `File`s), named `names` in
     /// the same order, for the ranks overview, one after another and keeping nothing of them:

@@ -23,7 +23,9 @@ mod wire;
 use std::cell::{Cell, OnceCell, RefCell};
 use std::rc::Rc;
 
-use engine::protocol::{DocId, FirstView, FromWorker, LoadEvent, Request, Response, ToWorker, EARLY_ID};
+use engine::protocol::{
+    DocId, FirstView, FromWorker, LoadEvent, ReadWindow, Request, Response, ToWorker, EARLY_ID, WINDOW_ENTRIES,
+};
 use engine::ranks::RankLoad;
 use engine::warm::Warmup;
 use engine::{Engine, Loading};
@@ -86,12 +88,12 @@ impl Worker {
         self.scope.performance().map_or_else(js_sys::Date::now, |p| p.now())
     }
 
-    async fn load(self: Rc<Self>, id: u32, blob: web_sys::Blob, name: String, last: Option<u64>) {
+    async fn load(self: Rc<Self>, id: u32, blob: web_sys::Blob, name: String, window: Option<ReadWindow>) {
         let total = blob.size() as u64;
         // A file too large to read whole opens as a window of its last entries.
-        let last = last.or_else(|| Loading::too_large_whole(total).then_some(engine::protocol::WINDOW_ENTRIES));
-        let mut loading = match last {
-            Some(n) => Loading::window(&name, total, self.now(), n),
+        let window = window.or_else(|| Loading::too_large_whole(total).then_some(ReadWindow::Last(WINDOW_ENTRIES)));
+        let mut loading = match window {
+            Some(w) => Loading::window(&name, total, self.now(), w),
             None => Loading::new(&name, total, self.now()),
         };
         // The file as a stream: each piece is parsed as soon as the browser has it, while the
@@ -279,11 +281,11 @@ impl Worker {
                     self.pump();
                 }
             }
-            ToWorker::Open { id, name, last } => {
+            ToWorker::Open { id, name, window } => {
                 // A file: the warm-up has done what it could.
                 self.warm.take();
                 match with.dyn_into::<web_sys::Blob>() {
-                    Ok(blob) => wasm_bindgen_futures::spawn_local(self.clone().load(id, blob, name, last)),
+                    Ok(blob) => wasm_bindgen_futures::spawn_local(self.clone().load(id, blob, name, window)),
                     Err(_) => {
                         let event = LoadEvent::Failed(format!("{name}: the page gave the worker no file to read"));
                         self.send(&FromWorker::Load { id, event });

@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::rc::{Rc, Weak};
 
 pub use engine::protocol::EARLY_ID;
-use engine::protocol::{DocId, Finished, FirstView, LoadEvent, Request, Response, ToWorker, ViewQuery};
+use engine::protocol::{DocId, Finished, FirstView, LoadEvent, ReadWindow, Request, Response, ToWorker, ViewQuery};
 use futures_channel::oneshot;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
@@ -326,10 +326,16 @@ impl Client {
         }
     }
 
-    /// Opens a file (or any blob) in a new worker; `on_event` hears progress and the end,
-    /// with the load's id, which is also the file's id once loaded. Returns that id, for
-    /// [`Client::cancel`].
-    pub fn open(&self, blob: &web_sys::Blob, name: &str, on_event: impl Fn(u32, LoadEvent) + 'static) -> u32 {
+    /// Opens a file (or any blob) in a new worker, whole or a `window` of it; `on_event`
+    /// hears progress and the end, with the load's id, which is also the file's id once
+    /// loaded. Returns that id, for [`Client::cancel`].
+    pub fn open(
+        &self,
+        blob: &web_sys::Blob,
+        name: &str,
+        window: Option<ReadWindow>,
+        on_event: impl Fn(u32, LoadEvent) + 'static,
+    ) -> u32 {
         let id = self.0.id();
         let pool: Weak<Pool> = Rc::downgrade(&self.0);
         let handler: LoadHandler = Rc::new(move |id, event: LoadEvent| {
@@ -377,7 +383,7 @@ impl Client {
         };
         conn.load.replace(Some((id, handler)));
         self.0.loading.borrow_mut().insert(id, conn.clone());
-        conn.send_with(&ToWorker::Open { id, name: name.to_string(), last: crate::dom::window_param() }, blob);
+        conn.send_with(&ToWorker::Open { id, name: name.to_string(), window }, blob);
         id
     }
 

@@ -408,7 +408,7 @@ fn a_file_opened_as_a_window_draws_its_last_entries_and_says_so() {
     let v = view(&mut e, info.doc, 0, Kind::Blocks, 0.0, 0.0, 400);
     assert_eq!(v.n_steps, Timeline::build(&cut, 0, Kind::Blocks).n_steps());
     // The page's own path: a window of the last N however large the file.
-    let mut l = Loading::window("huge.pickle", 64 << 30, 0.0, 2000);
+    let mut l = Loading::window("huge.pickle", 64 << 30, 0.0, ReadWindow::Last(2000));
     for c in bytes.chunks(1 << 16) {
         l.feed(c).unwrap();
     }
