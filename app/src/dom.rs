@@ -29,7 +29,7 @@ pub(crate) fn record(what: &str, value: f64) {
 pub(crate) fn window_param() -> Option<engine::protocol::ReadWindow> {
     let search = web_sys::window()?.location().search().ok()?;
     let last = search.trim_start_matches('?').split('&').find_map(|kv| kv.strip_prefix("last=")?.parse().ok());
-    last.map(engine::protocol::ReadWindow::Last)
+    last.filter(|&n| n > 0).map(engine::protocol::ReadWindow::Last)
 }
 
 pub(crate) fn canvas_by_id(id: &str) -> Option<web_sys::HtmlCanvasElement> {

@@ -8,25 +8,36 @@ use leptos::prelude::*;
 use crate::client::worker;
 use crate::dom::value_by_id;
 use crate::open::Opener;
-use crate::state::Docs;
+use crate::state::{Docs, Messages};
 
 /// "A window of FILE: events A..B of N" and a form for another one.
 #[component]
 pub(crate) fn WindowPicker() -> impl IntoView {
     let docs = expect_context::<Docs>();
     let opener = expect_context::<Opener>();
-    let window = move || docs.tab().and_then(|t| t.info.summary.window.clone().map(|w| (t.info.doc, w)));
+    let messages = expect_context::<Messages>();
+    // Only a windowed read (a file cut by `memscape slice` and read whole names the file it
+    // was cut from, whose entries this tab does not hold).
+    let window = move || {
+        docs.tab()
+            .filter(|t| t.info.read_window.is_some())
+            .and_then(|t| t.info.summary.window.clone().map(|w| (t.info.doc, w)))
+    };
     let open = move |_| {
         let Some((doc, w)) = window() else { return };
         let Some(blob) = worker().blob(doc) else { return };
         let number = |id: &str| value_by_id(id).trim().replace(['_', ','], "").parse::<u64>().ok();
         let read = if value_by_id("window-kind") == "last" {
-            number("window-last").map(ReadWindow::Last)
+            number("window-last").filter(|&n| n > 0).map(ReadWindow::Last)
         } else {
             number("window-from").map(|a| ReadWindow::Entries(a, number("window-to").unwrap_or(u64::MAX)))
         };
-        if let Some(read) = read {
-            opener.open_window(blob, w.source.clone(), read);
+        match read {
+            Some(ReadWindow::Entries(a, b)) if b <= a => {
+                messages.error(format!("{}: events {a} to {b}: the end must come after the start", w.source));
+            }
+            Some(read) => opener.open_window(blob, w.source.clone(), read),
+            None => messages.error(format!("{}: a window needs a number of events", w.source)),
         }
     };
     view! {

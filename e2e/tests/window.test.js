@@ -89,6 +89,14 @@ test('another window of the same file, picked on the page, opens in a tab of its
   assert.match(await page.locator('#window-held').textContent(), /^A window of the last 2000 entries of /);
   const tabs = await page.locator('.tab').count();
   await page.selectOption('#window-kind', 'range');
+  // A range that ends before it starts is refused, saying so; nothing opens.
+  await page.fill('#window-from', '18000');
+  await page.fill('#window-to', '17000');
+  await page.click('#window-open');
+  await page.waitForSelector('#error');
+  assert.equal(await page.locator('#error .error-text').textContent(), `${NAME}: events 18000 to 17000: the end must come after the start`);
+  await page.locator('#error button').click();
+  assert.equal(await page.locator('.tab').count(), tabs);
   await page.fill('#window-from', '17000');
   await page.fill('#window-to', '18000');
   await page.click('#window-open');

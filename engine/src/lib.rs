@@ -206,11 +206,12 @@ impl Engine {
         let parsed = now_ms();
         let mut snap = loaded.snapshot;
         if let Some(w) = loading.window {
+            let index = |i: u64| usize::try_from(i).unwrap_or(usize::MAX);
             let rule = match w {
-                ReadWindow::Last(n) => snapshot::slice::Window::Last(n as usize),
+                ReadWindow::Last(n) => snapshot::slice::Window::Last(index(n)),
                 ReadWindow::Entries(a, b) => snapshot::slice::Window::Entries {
-                    start: a as usize,
-                    end: usize::try_from(b).ok().filter(|&b| b < usize::MAX),
+                    start: index(a),
+                    end: Some(index(b)).filter(|&b| b < usize::MAX),
                 },
             };
             snapshot::slice::mark_window(&mut snap, &name, &rule);
@@ -249,6 +250,7 @@ impl Engine {
             read_ms: 0.0,
             model_bytes: snap.heap_bytes() as u64,
             heap_bytes: 0,
+            read_window: loading.window,
         };
         let host = snapshot::host::as_snapshot(&snap).map(|h| {
             let entries = h.trace(0).len() as u64;

@@ -184,7 +184,7 @@ pub enum ReadWindow {
 }
 
 /// The entries of each trace a file too large to read whole keeps when it opens: its last
-/// twenty million (a window of them holds under 2 GB in the worker).
+/// twenty million (1.97 GB in the worker for a generated 10 GB file: `e2e/bench-window.mjs`).
 pub const WINDOW_ENTRIES: u64 = 20_000_000;
 
 /// The load id of the bundled example, which the page's early worker (started by
@@ -289,6 +289,9 @@ pub struct DocInfo {
     pub model_bytes: u64,
     /// The worker's whole memory after loading (set by the worker; 0 natively).
     pub heap_bytes: u64,
+    /// The window this load read, if it read one (`summary.window` also names one for a file
+    /// `memscape slice` cut, read whole).
+    pub read_window: Option<ReadWindow>,
 }
 
 impl DocInfo {

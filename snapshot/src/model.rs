@@ -451,8 +451,8 @@ impl Trace {
     }
 
     /// An entry after a window of a range: kept if undoing it can change the state at the
-    /// window's end (see [`Tail`]).
-    pub(crate) fn push_tail(&mut self, e: &Entry) {
+    /// window's end (see [`Tail`]); returns whether it was.
+    pub(crate) fn push_tail(&mut self, e: &Entry) -> bool {
         let t = self.tail.get_or_insert_with(Box::default);
         t.seen += 1;
         let keep = match e.action {
@@ -470,6 +470,7 @@ impl Trace {
         if keep {
             t.entries.push(Entry { extras: Vec::new(), ..e.clone() });
         }
+        keep
     }
 
     /// The entries after a window of a range, taken out (empty for other reads).

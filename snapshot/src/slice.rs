@@ -246,6 +246,8 @@ pub(crate) fn settle_tails(snap: &mut Snapshot) {
         snap.segments.retain(|s| s.device != d as i64);
         snap.segments.extend(segments);
     }
+    // Device by device, as a slice lists them (stable: each device's keep their order).
+    snap.segments.sort_by_key(|s| s.device);
 }
 
 /// Marks a windowed read ([`crate::Limits::keep_last_entries`], `keep_entries`) as a window of `source`:
@@ -322,9 +324,9 @@ fn segments_of(
                     history: None,
                     extras: Vec::new(),
                 });
-                cursor = start + size;
+                cursor = start.saturating_add(size);
             }
-            let end = s.address + s.size;
+            let end = s.address.saturating_add(s.size);
             if end > cursor {
                 blocks.push(free(cursor, end - cursor));
             }

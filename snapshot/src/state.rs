@@ -104,18 +104,18 @@ impl Live {
                 let (mut start, mut len) = (addr, size);
                 // Merge with address-adjacent segments on the same stream.
                 if let Some((&a, s)) = self.segs.range(..addr).next_back() {
-                    if a + s.size == addr && s.stream == stream {
+                    if a.saturating_add(s.size) == addr && s.stream == stream {
                         start = a;
                         len += s.size;
                         self.reserved -= s.size;
                         self.segs.remove(&a);
                     }
                 }
-                if let Some(s) = self.segs.get(&(addr + size)).cloned() {
+                if let Some(s) = self.segs.get(&addr.saturating_add(size)).cloned() {
                     if s.stream == stream {
                         len += s.size;
                         self.reserved -= s.size;
-                        self.segs.remove(&(addr + size));
+                        self.segs.remove(&addr.saturating_add(size));
                     }
                 }
                 self.insert_seg(start, Seg { size: len, stream, pool: t.pool_id(i), expandable: true });
@@ -128,7 +128,7 @@ impl Live {
             Action::SegmentMap => {
                 let found = self.segs.range(..=addr).next_back().map(|(&a, s)| (a, s.clone()));
                 if let Some((a, s)) = found {
-                    let (end, s_end) = (addr.saturating_add(size), a + s.size);
+                    let (end, s_end) = (addr.saturating_add(size), a.saturating_add(s.size));
                     if addr < s_end {
                         self.segs.remove(&a);
                         self.reserved -= s.size;
@@ -398,7 +398,7 @@ fn view(live: &Live, after_entry: Option<u32>) -> AllocatorState {
             BlockView { address, size: b.size, requested_size: b.requested, pending_free: b.pending, stack: b.stack };
         let k = segments.partition_point(|s| s.address <= address);
         match k.checked_sub(1).map(|k| &mut segments[k]) {
-            Some(s) if address < s.address + s.size => {
+            Some(s) if address < s.address.saturating_add(s.size) => {
                 s.internal_free_bytes += b.size.saturating_sub(b.requested);
                 s.external_free_bytes = s.external_free_bytes.saturating_sub(b.size);
                 s.blocks.push(bv);

@@ -19,10 +19,11 @@ const CHUNK: usize = 1 << CHUNK_BITS;
 /// A windowed read (`forget_entries`) bounds the memo by what the model keeps rather than by
 /// the file: each chunk, once full, forgets the trace entries' own slots (the entry dicts,
 /// which nothing can refer to again) and keeps the rest, a frames list's slot as its 4-byte
-/// stack id (PyTorch's pickles refer to an allocation's frames list again from its free, and
-/// from its block in the segments). A kept slot is then found by rank in a bitmap of the chunk
-/// (`Sparse`), an empty dense chunk standing in its place: 4 bytes for each event with a
-/// stack instead of 16 for each slot.
+/// stack id (PyTorch's pickles refer to a frames list again from an allocation's later
+/// events, from a segment's block, from a `segment_alloc`'s allocation) until the VM says an
+/// allocation's lists are done with (`forget_stack`, when its free completes). A kept slot is
+/// then found by rank in a bitmap of the chunk (`Sparse`), an empty dense chunk standing in
+/// its place.
 #[derive(Default)]
 pub(crate) struct Memo {
     chunks: Vec<Vec<PVal>>,
@@ -39,15 +40,58 @@ struct Sparse {
 
 /// Bit `i` of `bits` says slot `i` is here, at `kept[before[i / 64] + popcount(bits[i / 64]
 /// below bit i % 64)]`.
+/// A slot forgotten after it was kept is marked in `dead` and reads as absent; once half of
+/// `kept` is dead the chunk is packed again (amortized O(1) a slot).
 struct Ranked<T> {
     bits: [u64; CHUNK / 64],
     before: [u16; CHUNK / 64],
     kept: Vec<T>,
+    dead: Option<Box<([u64; CHUNK / 64], usize)>>,
 }
 
 impl<T: Copy> Ranked<T> {
     fn new() -> Self {
-        Ranked { bits: [0; CHUNK / 64], before: [0; CHUNK / 64], kept: Vec::new() }
+        Ranked { bits: [0; CHUNK / 64], before: [0; CHUNK / 64], kept: Vec::new(), dead: None }
+    }
+
+    fn is_dead(&self, off: usize) -> bool {
+        self.dead.as_ref().is_some_and(|d| d.0[off / 64] >> (off % 64) & 1 == 1)
+    }
+
+    /// Forgets slot `off` (reads as absent from now on).
+    fn forget(&mut self, off: usize) {
+        if !self.rank(off).1 || self.is_dead(off) {
+            return;
+        }
+        let d = self.dead.get_or_insert_with(|| Box::new(([0; CHUNK / 64], 0)));
+        d.0[off / 64] |= 1 << (off % 64);
+        d.1 += 1;
+        if d.1 * 2 > self.kept.len() {
+            self.pack();
+        }
+    }
+
+    /// Drops the dead slots.
+    fn pack(&mut self) {
+        let Some(dead) = self.dead.take() else { return };
+        let old = std::mem::take(&mut self.kept);
+        let mut k = 0;
+        for w in 0..CHUNK / 64 {
+            let mut word = self.bits[w];
+            self.before[w] = self.kept.len() as u16;
+            let mut live = word & !dead.0[w];
+            while word != 0 {
+                let b = word.trailing_zeros();
+                if live >> b & 1 == 1 {
+                    self.kept.push(old[k]);
+                }
+                k += 1;
+                word &= word - 1;
+            }
+            live &= self.bits[w];
+            self.bits[w] = live;
+        }
+        self.kept.shrink_to_fit();
     }
 
     /// Where slot `off` is, or would be.
@@ -59,7 +103,7 @@ impl<T: Copy> Ranked<T> {
 
     fn get(&self, off: usize) -> Option<T> {
         let (k, here) = self.rank(off);
-        here.then(|| self.kept[k])
+        (here && !self.is_dead(off)).then(|| self.kept[k])
     }
 
     /// Appends slot `off`, after every slot kept so far (slots in order).
@@ -71,31 +115,6 @@ impl<T: Copy> Ranked<T> {
     /// Closes word `w`'s count, when the slots before it are all in.
     fn start_word(&mut self, w: usize) {
         self.before[w] = self.kept.len() as u16;
-    }
-
-    /// Stores `v` in slot `off`, adding it when it is not here (O(chunk)).
-    fn set(&mut self, off: usize, v: T) {
-        match self.rank(off) {
-            (k, true) => self.kept[k] = v,
-            (k, false) => {
-                self.kept.insert(k, v);
-                self.bits[off / 64] |= 1 << (off % 64);
-                for w in off / 64 + 1..CHUNK / 64 {
-                    self.before[w] += 1;
-                }
-            }
-        }
-    }
-
-    /// Removes slot `off` if it is here (O(chunk)).
-    fn remove(&mut self, off: usize) {
-        if let (k, true) = self.rank(off) {
-            self.kept.remove(k);
-            self.bits[off / 64] &= !(1 << (off % 64));
-            for w in off / 64 + 1..CHUNK / 64 {
-                self.before[w] -= 1;
-            }
-        }
     }
 }
 
@@ -118,9 +137,28 @@ impl Memo {
         }
     }
 
+    /// Whether this memo forgets slots (a windowed read).
+    pub(crate) fn forgets(&self) -> bool {
+        self.forget_entries
+    }
+
+    /// Forgets the frames list in slot `idx`, which nothing will refer to again (the list of
+    /// an allocation whose free has come: PyTorch refers to it from the allocation's events
+    /// only). A later GET of it is an error that says so.
+    pub(crate) fn forget_stack(&mut self, idx: usize) {
+        let (c, off) = (idx >> CHUNK_BITS, idx & (CHUNK - 1));
+        if let Some(slot) = self.chunks.get_mut(c).and_then(|c| c.get_mut(off)) {
+            if matches!(slot, PVal::Stack(_)) {
+                *slot = PVal::Row(u32::MAX);
+            }
+        } else if let Some(Some(s)) = self.sparse.get_mut(c) {
+            s.stacks.forget(off);
+        }
+    }
+
     /// Whether slot `idx` existed and a windowed read forgot it.
     pub(crate) fn forgot(&self, idx: usize) -> bool {
-        self.forget_entries && idx < self.len && self.get(idx).is_none()
+        self.forget_entries && idx < self.len && matches!(self.get(idx), None | Some(PVal::Row(u32::MAX)))
     }
 
     #[cold]
@@ -195,21 +233,22 @@ impl Memo {
     }
 
     /// A slot of a forgetting chunk rewritten (a PUT to an old slot, a list becoming its
-    /// stack late: rare, O(chunk)).
+    /// stack late): the chunk is made whole again first (forgotten slots stay forgotten), so
+    /// a writer that keeps rewriting old slots costs O(chunk) once per chunk, not per write.
     #[cold]
     fn sparse_set(&mut self, idx: usize, v: PVal) {
-        let Some(Some(s)) = self.sparse.get_mut(idx >> CHUNK_BITS) else { return };
-        let off = idx & (CHUNK - 1);
-        match v {
-            PVal::Stack(sid) => {
-                s.others.remove(off);
-                s.stacks.set(off, sid);
-            }
-            other => {
-                s.stacks.remove(off);
-                s.others.set(off, other);
+        let c = idx >> CHUNK_BITS;
+        let Some(s) = self.sparse.get_mut(c).and_then(Option::take) else { return };
+        let mut dense = vec![PVal::Row(u32::MAX); CHUNK];
+        for (off, slot) in dense.iter_mut().enumerate() {
+            if let Some(sid) = s.stacks.get(off) {
+                *slot = PVal::Stack(sid);
+            } else if let Some(other) = s.others.get(off) {
+                *slot = other;
             }
         }
+        dense[idx & (CHUNK - 1)] = v;
+        self.chunks[c] = dense;
     }
 }
 
@@ -277,6 +316,28 @@ mod tests {
         assert!(same(m.get(5), PVal::Float(1.5)));
         assert!(same(m.get(8), PVal::Stack(StackId(99))));
         assert!(same(m.get(CHUNK + 1), PVal::Stack(StackId(7))));
-        assert!(same(m.get(9), value(9)) && same(m.get(6), value(6)) && m.get(4).is_none());
+        assert!(same(m.get(9), value(9)) && same(m.get(6), value(6)) && m.forgot(4));
+    }
+
+    #[test]
+    fn forgotten_stacks_read_as_forgotten_and_their_chunks_pack() {
+        let mut m = Memo::forgetting_entries();
+        let n = 3 * CHUNK;
+        for i in 0..n {
+            m.push(PVal::Stack(StackId(i as u32)));
+        }
+        // Chunk 0 is sparse, 1 and 2 dense: forget the even slots of 0 and a few of 2.
+        for i in (0..CHUNK).step_by(2).chain([1, 2 * CHUNK + 3, 2 * CHUNK + 4]) {
+            m.forget_stack(i);
+        }
+        for i in [0, 1, 2, CHUNK - 2, 2 * CHUNK + 3, 2 * CHUNK + 4] {
+            assert!(m.forgot(i), "slot {i}");
+        }
+        for i in [3, 5, CHUNK - 1, CHUNK, 2 * CHUNK + 5] {
+            assert!(same(m.get(i), PVal::Stack(StackId(i as u32))), "slot {i}: {:?}", m.get(i));
+        }
+        // Over half of chunk 0 forgotten: packed to what is left.
+        let s = m.sparse[0].as_ref().unwrap();
+        assert!(s.stacks.dead.is_none() && s.stacks.kept.len() == CHUNK / 2 - 1);
     }
 }

@@ -200,6 +200,9 @@ pub(crate) struct Vm {
     /// Trace entries read by the fast path and not yet appended, and how many are live.
     pending: Vec<Entry>,
     pending_live: usize,
+    /// A windowed read: the memo slots of the new frames lists of each live allocation's
+    /// events (its alloc, its free_requested), by address.
+    frames_slots: FxHashMap<u64, Vec<u64>>,
     fresh: Vec<u32>,
 }
 
@@ -362,6 +365,7 @@ impl Vm {
             rows_reserved: 0,
             pending: Vec::new(),
             pending_live: 0,
+            frames_slots: FxHashMap::default(),
             fresh: Vec::new(),
         }
     }
@@ -637,17 +641,17 @@ impl Vm {
 
     fn memo_get(&mut self, idx: u64, offset: u64) -> Result<(), ReadError> {
         let v = match self.memo.get(idx as usize) {
-            Some(v) => v,
-            None if self.memo.forgot(idx as usize) => {
+            _ if self.memo.forgot(idx as usize) => {
                 return Err(err(
                     ErrorKind::Malformed,
                     format!(
-                        "memo entry {idx} (a trace entry's, which a windowed read does not keep) is referred to again; \
+                        "memo entry {idx} (a trace entry's, or a freed allocation's frames, which a windowed read does not keep) is referred to again; \
                          open the file whole, or cut a window with `memscape slice`"
                     ),
                 )
                 .at(offset))
             }
+            Some(v) => v,
             None => *self
                 .memo_sparse
                 .get(&idx)
@@ -1078,7 +1082,7 @@ impl Vm {
                     off,
                     self.limits,
                 );
-                self.mem = (self.mem + 48).saturating_sub(48 * dropped);
+                self.mem = (self.mem + 48).saturating_sub(dropped.saturating_mul(48));
                 self.pending_live = self.pending_live.saturating_sub(1);
                 if self.pending_live == 0 {
                     self.pending.clear();
@@ -1112,7 +1116,7 @@ impl Vm {
                         off,
                         self.limits,
                     );
-                    self.mem = self.mem.saturating_sub(48 * dropped);
+                    self.mem = self.mem.saturating_sub(dropped.saturating_mul(48));
                     self.recycle(did);
                     return Ok(());
                 }
@@ -1493,6 +1497,7 @@ impl Vm {
             return None;
         }
         // Commit: memo slots in the order the pickle created them.
+        let mut stack_slot = None;
         self.mem = self.mem.saturating_sub(self.memo.push(PVal::Row(u32::MAX)));
         let mut order: [(usize, u8); 5] = [(0, 0); 5];
         let mut n_order = 0;
@@ -1518,6 +1523,7 @@ impl Vm {
                     }
                 };
                 e.frames = Some(sid);
+                stack_slot = Some(self.memo.len());
                 self.mem = self.mem.saturating_sub(self.memo.push(PVal::Stack(sid)));
             } else {
                 let Some(&(s_at, len, key)) = new_strings[..n_new_strings].iter().find(|x| x.0 == at) else { continue };
@@ -1533,11 +1539,37 @@ impl Vm {
             }
         }
         self.mem += 16 * u64::from(memo_new);
+        if self.memo.forgets() {
+            self.forget_freed_frames(&e, stack_slot);
+        }
         let k = self.pending.len() as u32;
         self.pending.push(e);
         self.pending_live += 1;
         self.stack.push(PVal::Pending(k));
         Some(pos)
+    }
+
+    /// A windowed read: the new frames lists of an allocation's events are remembered by its
+    /// address and forgotten from the memo when its free completes (PyTorch's pickles refer to
+    /// them again from that allocation's later events: `free_completed` reuses
+    /// `free_requested`'s list), so the memo holds the lists of live allocations, not of every
+    /// event. (A block in the segments, written first, and a `segment_alloc` lend their lists
+    /// to later entries; those are kept.)
+    fn forget_freed_frames(&mut self, e: &Entry, slot: Option<usize>) {
+        let Some(addr) = e.addr else { return };
+        match e.action {
+            Action::Alloc | Action::FreeRequested => {
+                if let Some(s) = slot {
+                    self.frames_slots.entry(addr).or_default().push(s as u64);
+                }
+            }
+            Action::Free | Action::FreeCompleted => {
+                for s in self.frames_slots.remove(&addr).unwrap_or_default() {
+                    self.memo.forget_stack(s as usize);
+                }
+            }
+            _ => {}
+        }
     }
 
     /// A BINGET or LONG_BINGET at `pos`: the memo value and the bytes used.
@@ -1730,7 +1762,7 @@ fn is_frame_dict(items: &[PVal], strings: &Strings) -> bool {
 /// window; one of a range keeps the rows inside it and gives those after it to the trace's
 /// tail. Returns how many rows it did not keep (for the memory count).
 fn push_row(l: &mut Obj, e: &Entry, size_hint: Option<u64>, reserved: &mut u64, off: u64, limits: Limits) -> u64 {
-    let window = limits.keep_last_entries.map(|n| n + (n / 8).max(1 << 16));
+    let window = limits.keep_last_entries.map(|n| n.saturating_add((n / 8).max(1 << 16)));
     let range = limits.keep_entries.filter(|_| l.items.is_empty());
     let rows = l.rows.get_or_insert_with(|| {
         let left = size_hint.map_or(0, |h| (h / 64).saturating_sub(*reserved));
@@ -1746,14 +1778,14 @@ fn push_row(l: &mut Obj, e: &Entry, size_hint: Option<u64>, reserved: &mut u64, 
             return 1;
         }
         if at >= end {
-            rows.push_tail(e);
-            return 1;
+            // Kept in the tail, it still counts against the memory limit.
+            return u64::from(!rows.push_tail(e));
         }
     }
     let mut dropped = 0;
     if let (Some(n), Some(most)) = (limits.keep_last_entries, window) {
         if rows.len() as u64 >= most && l.items.is_empty() {
-            dropped = rows.len() as u64 - n + 1;
+            dropped = (rows.len() as u64 + 1).saturating_sub(n);
             rows.drop_front(dropped as usize);
         }
     }
