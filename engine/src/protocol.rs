@@ -184,7 +184,7 @@ pub enum ReadWindow {
 }
 
 /// The entries of each trace a file too large to read whole keeps when it opens: its last
-/// twenty million (1.97 GB in the worker for a generated 10 GB file: `e2e/bench-window.mjs`).
+/// twenty million (1.75 GB in the worker for a generated 10 GB file: `e2e/bench-window.mjs`).
 pub const WINDOW_ENTRIES: u64 = 20_000_000;
 
 /// The load id of the bundled example, which the page's early worker (started by

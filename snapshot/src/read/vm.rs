@@ -202,7 +202,7 @@ pub(crate) struct Vm {
     pending_live: usize,
     /// A windowed read: the memo slots of the new frames lists of each live allocation's
     /// events (its alloc, its free_requested), by address.
-    frames_slots: FxHashMap<u64, Vec<u64>>,
+    frames_slots: FxHashMap<u64, [u64; 2]>,
     fresh: Vec<u32>,
 }
 
@@ -1560,12 +1560,17 @@ impl Vm {
         match e.action {
             Action::Alloc | Action::FreeRequested => {
                 if let Some(s) = slot {
-                    self.frames_slots.entry(addr).or_default().push(s as u64);
+                    // The alloc's list first, the free_requested's second (no allocation per
+                    // entry: this runs for every event of a windowed read).
+                    let slots = self.frames_slots.entry(addr).or_insert([u64::MAX; 2]);
+                    slots[usize::from(e.action == Action::FreeRequested)] = s as u64;
                 }
             }
             Action::Free | Action::FreeCompleted => {
-                for s in self.frames_slots.remove(&addr).unwrap_or_default() {
-                    self.memo.forget_stack(s as usize);
+                for s in self.frames_slots.remove(&addr).unwrap_or([u64::MAX; 2]) {
+                    if s != u64::MAX {
+                        self.memo.forget_stack(s as usize);
+                    }
                 }
             }
             _ => {}
