@@ -8,9 +8,8 @@
 // the click (no workers started ahead).
 //   node e2e/bench-ranks.mjs FOLDER [--repeat N] [--pick-ms MS] [--direct]
 // docs/ranks.md has the folders measured and how they were made.
-import { execFileSync } from 'node:child_process';
 import { readdirSync } from 'node:fs';
-import { serve, browser } from './harness.js';
+import { serve, browser, treeRss } from './harness.js';
 
 const folder = process.argv[2];
 const repeat = Number(process.argv[process.argv.indexOf('--repeat') + 1]) || 3;
@@ -20,16 +19,6 @@ const arg = (name, dflt) => process.argv.includes(name) ? Number(process.argv[pr
 const pickMs = arg('--pick-ms', 1000);
 const direct = process.argv.includes('--direct');
 
-/** RSS (bytes) of every process under this one (the browser and its renderers and workers). */
-function treeRss() {
-  const rows = execFileSync('ps', ['-eo', 'pid=,ppid=,rss=']).toString().trim().split('\n').map(l => l.trim().split(/\s+/).map(Number));
-  const kids = new Map();
-  for (const [pid, ppid, rss] of rows) kids.set(ppid, [...(kids.get(ppid) || []), [pid, rss]]);
-  let sum = 0;
-  const todo = [process.pid];
-  while (todo.length) for (const [pid, rss] of kids.get(todo.pop()) || []) { sum += rss * 1024; todo.push(pid); }
-  return sum;
-}
 
 const runs = [];
 const srv = await serve();

@@ -12,7 +12,7 @@ import { execFileSync, spawnSync } from 'node:child_process';
 import { existsSync, statSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
-import { serve, browser, whenCoresIdle, ROOT } from './harness.js';
+import { serve, browser, whenCoresIdle, treeRss, ROOT } from './harness.js';
 
 const arg = name => process.argv.includes(name) ? process.argv[process.argv.indexOf(name) + 1] : undefined;
 const last = arg('--last');
@@ -24,16 +24,6 @@ const bytes = statSync(file).size;
 const MB = 1e6;
 const window = Number(last ?? 20_000_000); // engine::protocol::WINDOW_ENTRIES
 
-/** RSS (bytes) of every process under this one (the browser and its renderers and workers). */
-function treeRss() {
-  const rows = execFileSync('ps', ['-eo', 'pid=,ppid=,rss=']).toString().trim().split('\n').map(l => l.trim().split(/\s+/).map(Number));
-  const kids = new Map();
-  for (const [pid, ppid, rss] of rows) kids.set(ppid, [...(kids.get(ppid) || []), [pid, rss]]);
-  let sum = 0;
-  const todo = [process.pid];
-  while (todo.length) for (const [pid, rss] of kids.get(todo.pop()) || []) { sum += rss * 1024; todo.push(pid); }
-  return sum;
-}
 
 // The baseline: the same window read natively, written as a slice.
 const out = join(tmpdir(), `memscape-bench-window-${process.pid}.pickle`);

@@ -1,5 +1,6 @@
 // Shared by the browser tests and the benchmark: a static server for dist/ that records
 // every request, and a Chromium launched the way this machine allows (no downloads).
+import { execFileSync } from 'node:child_process';
 import { createServer } from 'node:http';
 import { readFile, mkdtemp } from 'node:fs/promises';
 import { readFileSync, existsSync, mkdirSync } from 'node:fs';
@@ -219,4 +220,15 @@ export async function openExample(example = 'cs336-fullstep.pickle', options = {
   // Open: its tab in front, and its panels (made once its first picture is on screen) there.
   await tabShown(page, example);
   return { url: srv.url, page, requests, consoleErrors, close: async () => { await ctx.close(); await srv.close(); } };
+}
+
+/** RSS (bytes) of every process under this one: the browser and its renderers and workers. */
+export function treeRss() {
+  const rows = execFileSync('ps', ['-eo', 'pid=,ppid=,rss=']).toString().trim().split('\n').map(l => l.trim().split(/\s+/).map(Number));
+  const kids = new Map();
+  for (const [pid, ppid, rss] of rows) kids.set(ppid, [...(kids.get(ppid) || []), [pid, rss]]);
+  let sum = 0;
+  const todo = [process.pid];
+  while (todo.length) for (const [pid, rss] of kids.get(todo.pop()) || []) { sum += rss * 1024; todo.push(pid); }
+  return sum;
 }
