@@ -192,9 +192,7 @@ pub fn slice(snap: &Snapshot, window: &Window, devices: &[usize], source: &str) 
         } else {
             let state = StateIndex::build(snap, d).state_after(snap, r.end.checked_sub(1));
             sliced.orphan_blocks += state.orphan_blocks.len();
-            let traced: FxHashSet<u64> =
-                (r.start..r.end).filter(|&i| t.action(i) == Action::Alloc).map(|i| t.addr(i)).collect();
-            out.segments.extend(segments_of(snap, d, &state, &traced, types));
+            out.segments.extend(segments_of(snap, d, &state, &allocated_in(t, r.start..r.end), types));
         }
         if r.start < r.end {
             if let (Some(a), Some(b)) = (t.time_us(r.start), t.time_us(r.end - 1)) {
@@ -211,9 +209,10 @@ pub fn slice(snap: &Snapshot, window: &Window, devices: &[usize], source: &str) 
             .cloned()
             .collect()
     });
-    let info = WindowInfo { source: source.to_string(), rule: window.to_string(), ranges: sliced.ranges.clone() };
-    let key = out.strings.intern(WINDOW_KEY);
-    out.extras.push((key, info.to_value()));
+    set_window(
+        &mut out,
+        WindowInfo { source: source.to_string(), rule: window.to_string(), ranges: sliced.ranges.clone() },
+    );
     Ok((out, sliced))
 }
 
@@ -240,9 +239,7 @@ pub(crate) fn settle_tails(snap: &mut Snapshot) {
         }
         let state = StateIndex::build(&after, d).state_after(&after, None);
         let t = snap.trace(d);
-        let traced: FxHashSet<u64> =
-            (0..t.len()).filter(|&i| t.action(i) == Action::Alloc).map(|i| t.addr(i)).collect();
-        let segments = segments_of(snap, d, &state, &traced, types);
+        let segments = segments_of(snap, d, &state, &allocated_in(t, 0..t.len()), types);
         snap.segments.retain(|s| s.device != d as i64);
         snap.segments.extend(segments);
     }
@@ -261,10 +258,19 @@ pub fn mark_window(snap: &mut Snapshot, source: &str, window: &Window) {
             Range { device: d, start: before, end: before + t.len(), of: before + t.len() + t.after() as usize }
         })
         .collect();
-    let info = WindowInfo { source: source.to_string(), rule: window.to_string(), ranges };
+    set_window(snap, WindowInfo { source: source.to_string(), rule: window.to_string(), ranges });
+}
+
+/// Records `info` under [`WINDOW_KEY`], in place of any there.
+fn set_window(snap: &mut Snapshot, info: WindowInfo) {
     let key = snap.strings.intern(WINDOW_KEY);
     snap.extras.retain(|(k, _)| *k != key);
     snap.extras.push((key, info.to_value()));
+}
+
+/// Addresses allocated by entries `range` of `t` (their blocks' pending frees are their own).
+fn allocated_in(t: &Trace, range: std::ops::Range<usize>) -> FxHashSet<u64> {
+    range.filter(|&i| t.action(i) == Action::Alloc).map(|i| t.addr(i)).collect()
 }
 
 /// The segments of `device` as `state` holds them, each with its blocks in address order:
