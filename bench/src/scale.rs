@@ -60,6 +60,12 @@ struct Input {
     /// optimizer state the categories infer grow with N.
     warm: Snapshot,
     warm_blocks: Timeline,
+    /// Layers sharing their code (one `Block` class), a layer per 2,000 entries: each site's
+    /// activations in an iteration, whose repeats the checkpointing prediction looks for,
+    /// grow with N.
+    shared: Snapshot,
+    shared_blocks: Timeline,
+    shared_cats: Categories,
     /// The same snapshot with annotations that never pair ([`unended`]).
     open_spans: Snapshot,
     open_blocks: Timeline,
@@ -103,6 +109,15 @@ impl Input {
         };
         let warm = synth::generate(&warm_opts);
         let warm_blocks = Timeline::build(&warm, 0, TimelineKind::Blocks);
+        let shared = synth::generate(&Options {
+            target_entries: entries,
+            layers: entries / 2000,
+            shared_layer_code: true,
+            hidden: 256,
+            seed: 3,
+            ..Default::default()
+        });
+        let shared_blocks = Timeline::build(&shared, 0, TimelineKind::Blocks);
         let blocks = Timeline::build(&snap, 0, TimelineKind::Blocks);
         let pooled = pooled(&snap);
         let pooled_blocks = Timeline::build(&pooled, 0, TimelineKind::Blocks);
@@ -112,6 +127,7 @@ impl Input {
         let oom_cats = categories::analyze(&ooms, &oom_blocks, &rules);
         let oom_index = StateIndex::build(&ooms, 0);
         let cats = categories::analyze(&snap, &blocks, &rules);
+        let shared_cats = categories::analyze(&shared, &shared_blocks, &rules);
         let index = StateIndex::build(&snap, 0);
         let profile = diff::profile(&snap, &blocks, &cats);
         let ranks = ranks_of(&profile, entries / 2);
@@ -126,6 +142,9 @@ impl Input {
             short_blocks,
             warm,
             warm_blocks,
+            shared,
+            shared_blocks,
+            shared_cats,
             open_spans,
             open_blocks,
             blocks,
@@ -520,6 +539,14 @@ fn checks() -> Vec<(String, Sample)> {
         "doctor what-if (8 changes)",
         Box::new(|i| {
             per_call(|| drop(black_box(doctor::what_if(&i.snap, &i.blocks, &i.cats, &doctor::Change::DEFAULTS))))
+        }),
+    );
+    put(
+        "doctor what-if (8 changes), layers sharing their code, a layer per 2,000 entries",
+        Box::new(|i| {
+            per_call(|| {
+                drop(black_box(doctor::what_if(&i.shared, &i.shared_blocks, &i.shared_cats, &doctor::Change::DEFAULTS)))
+            })
         }),
     );
     put("stats summary", Box::new(|i| per_call(|| drop(black_box(stats::summary(&i.snap))))));

@@ -21,6 +21,7 @@ use crate::timeline::{Timeline, TimelineKind};
 pub mod advice;
 pub mod figures;
 pub mod holders;
+mod layers;
 pub mod settings;
 pub mod verdict;
 pub mod whatif;

@@ -10,6 +10,7 @@
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
+use super::layers::{first_of_each_layer, Act};
 use crate::categories::{Categories, Category, Phase, N};
 use crate::model::{FrameId, Snapshot, StackId};
 use crate::sites::call_site;
@@ -33,7 +34,8 @@ pub enum Optimizer {
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Change {
-    /// Activation checkpointing per layer (layers told apart by their activations' call site).
+    /// Activation checkpointing per layer (layers told apart by their activations' call site,
+    /// and layers running the same code by how those repeat: `layers.rs`).
     Checkpointing,
     /// Activations stored in bf16 instead of fp32.
     Bf16Activations,
@@ -110,10 +112,6 @@ pub struct WhatIf {
     pub applies: bool,
 }
 
-/// The activations of one layer in one iteration: its first (start step, element id, bytes)
-/// and the bytes of all of them.
-type LayerActs = ((u32, u32, u64), u64);
-
 /// What the predictions need of a run, found once ([`Basis::new`]: O(n log n)); each
 /// [`Basis::predict`] is then one sweep, O(n × changes), so a viewer can move a slider
 /// (batch × k) without analysing the run again.
@@ -151,8 +149,7 @@ fn basis(snap: &Snapshot, tl: &Timeline, cats: &Categories) -> Basis {
     let mut events = Vec::with_capacity(2 * els.len());
     let mut class = Vec::with_capacity(els.len());
     let mut sites: FxHashMap<StackId, Option<FrameId>> = FxHashMap::default();
-    // Per (iteration, call site): the first activation (its start, id, bytes) and the total.
-    let mut layers: FxHashMap<(usize, Option<FrameId>), LayerActs> = FxHashMap::default();
+    let mut acts = Vec::new();
     let (mut params, mut adafactor, mut adam8) = (0u64, 0u64, 0u64);
     for (id, e) in els.iter().enumerate() {
         let c = cats.class(id as u32).category;
@@ -164,12 +161,8 @@ fn basis(snap: &Snapshot, tl: &Timeline, cats: &Categories) -> Basis {
         match c {
             Category::Activation => {
                 let site = e.stack.and_then(|s| *sites.entry(s).or_insert_with(|| call_site(snap, s)));
-                let iteration = cats.iterations.partition_point(|it| it.start <= e.start);
-                let g = layers.entry((iteration, site)).or_insert(((e.start, id as u32, e.size), 0));
-                if (e.start, id as u32) < (g.0 .0, g.0 .1) {
-                    g.0 = (e.start, id as u32, e.size);
-                }
-                g.1 = g.1.saturating_add(e.size);
+                let iteration = cats.iterations.partition_point(|it| it.start <= e.start) as u32;
+                acts.push(Act { iteration, site, start: e.start, id: id as u32, size: e.size });
             }
             Category::Parameter => {
                 params = params.saturating_add(e.size);
@@ -180,9 +173,8 @@ fn basis(snap: &Snapshot, tl: &Timeline, cats: &Categories) -> Basis {
             _ => {}
         }
     }
-    let mut layer_max = 0;
-    for &((_, first, first_bytes), total) in layers.values() {
-        layer_max = layer_max.max(total.saturating_sub(first_bytes));
+    let (firsts, layer_max) = first_of_each_layer(acts);
+    for first in firsts {
         class[first as usize].1 = true;
     }
     // Every activation but each layer's first is dropped.
@@ -314,7 +306,7 @@ fn explain(c: &Change, t: &Basis, grads_in_forward: bool) -> (String, Vec<Catego
     let size = |b: u64| crate::stats::format_size(i128::from(b));
     let (text, changed, applies, missing) = match c {
         Change::Checkpointing => (
-            "each layer keeps only its first activation (its input) through the forward pass and recomputes the rest in backward, one layer at a time; layers are told apart by the call site (first frame of your code) of their activations in each iteration".to_string(),
+            "each layer keeps only its first activation (its input) through the forward pass and recomputes the rest in backward, one layer at a time; layers are told apart by the call site (first frame of your code) of their activations in each iteration, and layers running the same code by how their sites' activations repeat".to_string(),
             vec![C::Activation],
             t.class.iter().any(|c| c.1),
             "no layer has more than one activation",

@@ -37,6 +37,10 @@ pub struct Options {
     pub devices: usize,
     /// Transformer layers of the simulated model.
     pub layers: usize,
+    /// Every layer runs the same code (one `Block` class in an `nn.ModuleList`, as real
+    /// models are written), so their stacks are the same; otherwise each layer has lines of
+    /// its own.
+    pub shared_layer_code: bool,
     /// Hidden size.
     pub hidden: u64,
     /// Tokens per batch.
@@ -180,6 +184,7 @@ impl Default for Options {
             target_entries: 10_000,
             devices: 1,
             layers: 24,
+            shared_layer_code: false,
             hidden: 2048,
             tokens: 4096,
             capacity_bytes: 80 << 30,
@@ -580,7 +585,7 @@ struct Sites {
     in_loop: StackId,
 }
 
-fn sites(snap: &mut Snapshot, layers: usize) -> Sites {
+fn sites(snap: &mut Snapshot, layers: usize, shared: bool) -> Sites {
     let mut p = StackPool { snap, frames: Default::default(), stacks: Default::default() };
     let main = p.frame("train.py", 412, "<module>");
     let train = p.frame("train.py", 377, "main");
@@ -607,10 +612,14 @@ fn sites(snap: &mut Snapshot, layers: usize) -> Sites {
     let mut temp = Vec::new();
     let mut grad = Vec::new();
     for l in 0..layers.max(1) {
-        let layer = p.frame("model.py", 90 + (l % 40) as i64, &format!("Block{}.forward", l % 8));
+        let layer = if shared {
+            p.frame("model.py", 90, "Block.forward")
+        } else {
+            p.frame("model.py", 90 + (l % 40) as i64, &format!("Block{}.forward", l % 8))
+        };
         outer[2] = layer;
         let init = p.frame("/usr/lib/python3.11/site-packages/torch/nn/init.py", 459, "kaiming_uniform_");
-        let ctor = p.frame("model.py", 40 + l as i64, "Block.__init__");
+        let ctor = p.frame("model.py", 40 + if shared { 0 } else { l as i64 }, "Block.__init__");
         param.push(p.stack(&[cpp[0], cpp[1], init, ctor, train, main]));
         for (k, &opf) in op_frames.iter().enumerate() {
             let mut s = vec![cpp[0], cpp[1], cpp[2], opf, cpp[3]];
@@ -692,7 +701,7 @@ pub fn generate_with_truth(opts: &Options) -> (Snapshot, Truth) {
     let mut snap = Snapshot::default();
     let mut rng = Rng(opts.seed);
     let layers = opts.layers.max(1);
-    let sites = sites(&mut snap, layers);
+    let sites = sites(&mut snap, layers, opts.shared_layer_code);
     let seg_type = (snap.strings.intern("small"), snap.strings.intern("large"));
     let names = Names {
         start: snap.strings.intern("START"),

@@ -267,6 +267,18 @@ fn loops() -> Vec<(&'static str, Options)> {
             "parameter-heavy (24 layers, hidden 2048, 4096 tokens)",
             Options { target_entries: 12_000, seed: 22, ..Default::default() },
         ),
+        (
+            "activation-heavy, one Block class (8 layers sharing their code)",
+            Options {
+                layers: 8,
+                shared_layer_code: true,
+                hidden: 1024,
+                tokens: 32768,
+                target_entries: 4_000,
+                seed: 23,
+                ..Default::default()
+            },
+        ),
     ]
 }
 
@@ -290,6 +302,7 @@ fn what_if_predictions_land_within_10_percent_of_the_simulated_peaks() {
         "|---|---|---:|---:|---:|---:|".to_string(),
     ];
     let mut worst: f64 = 0.0;
+    let mut failed = Vec::new();
     for (name, base) in loops() {
         let late = Options { zero_grad_after_forward: true, ..base.clone() };
         let cases: Vec<(Change, Options, Options)> = vec![
@@ -332,11 +345,16 @@ fn what_if_predictions_land_within_10_percent_of_the_simulated_peaks() {
             let moved = sim as f64 - w.baseline_peak_bytes as f64;
             if moved.abs() > 0.05 * sim as f64 {
                 let predicted_move = w.predicted_peak_bytes as f64 - w.baseline_peak_bytes as f64;
-                assert!(moved.signum() == predicted_move.signum(), "{name}: {}", w.change);
+                if moved.signum() != predicted_move.signum() {
+                    failed.push(format!("{name}: {}: the peak moves the wrong way", w.change));
+                }
             }
-            assert!(err.abs() <= 0.10, "{name}: {}: predicted {} simulated {sim}", w.change, w.predicted_peak_bytes);
+            if err.abs() > 0.10 {
+                failed.push(format!("{name}: {}: predicted {} simulated {sim}", w.change, w.predicted_peak_bytes));
+            }
         }
     }
+    assert!(failed.is_empty(), "over 10%:\n{}\n{}", failed.join("\n"), table.join("\n"));
     eprintln!("{}\nworst error {:.1}%", table.join("\n"), 100.0 * worst);
 }
 

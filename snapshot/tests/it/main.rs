@@ -12,6 +12,7 @@ mod pools;
 mod python;
 mod ranks;
 mod slice;
+mod whatif_measured;
 
 /// A deterministic PRNG for chunk sizes and mutations.
 pub struct Rng(pub u64);
