@@ -6,16 +6,7 @@ fuzz_target!(|data: &[u8]| {
     let Some((&seed, body)) = data.split_first() else { return };
     let whole = snapshot::read(body);
     let mut l = snapshot::Loader::new(snapshot::Limits::default());
-    let mut rest = body;
-    let mut k = u32::from(seed) | 1;
-    let mut fed = Ok(());
-    while !rest.is_empty() && fed.is_ok() {
-        k = k.wrapping_mul(1_103_515_245).wrapping_add(12_345);
-        let n = ((k >> 16) as usize % 97 + 1).min(rest.len());
-        fed = l.feed(&rest[..n]);
-        rest = &rest[n..];
-    }
-    let chunked = fed.and_then(|()| l.finish());
+    let chunked = snapshot_fuzz::feed_chunked(&mut l, body, seed).and_then(|()| l.finish());
     match (&whole, &chunked) {
         (Ok(a), Ok(b)) => {
             assert!(snapshot::write::to_pickle_bytes(&a.snapshot) == snapshot::write::to_pickle_bytes(&b.snapshot))

@@ -29,3 +29,17 @@ pub fn exercise(loaded: &snapshot::Loaded) {
     let thrice = snapshot::write::to_pickle_bytes(&again.snapshot);
     assert!(twice == thrice, "the writer does not reach a fixpoint");
 }
+
+/// Feeds `body` to `l` in chunks of 1 to 97 bytes whose sizes follow from `seed`; stops at the
+/// first error.
+pub fn feed_chunked(l: &mut snapshot::Loader, body: &[u8], seed: u8) -> Result<(), snapshot::ReadError> {
+    let mut rest = body;
+    let mut k = u32::from(seed) | 1;
+    while !rest.is_empty() {
+        k = k.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+        let n = ((k >> 16) as usize % 97 + 1).min(rest.len());
+        l.feed(&rest[..n])?;
+        rest = &rest[n..];
+    }
+    Ok(())
+}

@@ -4,15 +4,19 @@
 //! A layer's activations are told apart by their call site (the first frame of the user's
 //! code). Real models run every layer through the same code (one `Block` class in an
 //! `nn.ModuleList`), so a site of the layers' code makes activations once per layer in each
-//! iteration: its sequence of activations, by size, repeats. Such a site's repeats are its
-//! layers: the number of repeats most sites of an iteration make is its number of layers, the
-//! first site making that many marks where each layer starts (its repeats' first activations),
-//! and every repeated activation of a site making at least as many belongs to the layer it
-//! starts in. Activations of a site that does not repeat (each layer with lines
-//! of its own, the embedding, the head) are one group per site and iteration, as before.
+//! iteration: its sequence of activations, by size, repeats. The number of repeats most sites
+//! of an iteration make is its number of layers; a site making that many marks where each
+//! layer starts (its repeats' first activations), and every repeated activation of a site
+//! making at least as many belongs to the layer it starts in. Of the first sites making that
+//! many, the one whose layers are most alike in bytes marks them; when even its largest layer
+//! holds over [`MAX_IMBALANCE`] times the median layer's bytes (compiled code whose small
+//! tensors repeat as often as the layers, in one burst), the iteration is grouped by site.
+//! Activations of a site that does not repeat (each layer with lines of its own, the
+//! embedding, the head) are one group per site and iteration.
 //!
 //! Cost: a sort of the activations, then for each position at most [`MAX_PERIOD`] candidate
-//! periods, each scanned while it repeats: O(a log a + a × MAX_PERIOD) for a activations.
+//! periods, each scanned while it repeats, and the grouping once per candidate marker (at most
+//! [`MAX_MARKERS`]): O(a log a + a × (MAX_PERIOD + MAX_MARKERS)) for a activations.
 
 use rustc_hash::FxHashMap;
 
@@ -69,11 +73,20 @@ pub(super) fn first_of_each_layer(mut acts: Vec<Act>) -> (Vec<u32>, u64) {
     (firsts, layer_max)
 }
 
+/// A site's range in an iteration's activations and its repeats (start, period, count) there.
+type SiteReps = (usize, usize, Vec<(usize, usize, usize)>);
+
+/// How many layers may differ in bytes: a layering whose largest layer holds more than this
+/// many times the median layer's bytes is taken to be wrong (a burst of small tensors repeating
+/// as often as the layers, in compiled code) and the iteration is grouped by site instead.
+const MAX_IMBALANCE: f64 = 4.0;
+
+/// The site candidates for marking where layers start that are tried, the earliest first.
+const MAX_MARKERS: usize = 8;
+
 /// The groups of one iteration's activations (sorted by site, then start), appended to `out`.
 fn assign_iteration(acts: &[Act], out: &mut Vec<Group>) {
-    let it = acts[0].iteration;
-    // Per site: its range in `acts` and its repeats (start, period, count) in that range.
-    let mut sites = Vec::new();
+    let mut sites: Vec<SiteReps> = Vec::new();
     let mut i = 0;
     while i < acts.len() {
         let site = acts[i].site;
@@ -82,25 +95,45 @@ fn assign_iteration(acts: &[Act], out: &mut Vec<Group>) {
         sites.push((i, end, repeats(&tokens)));
         i = end;
     }
-    // The layers: the number of repeats most sites make (ties: the larger). The first site
-    // making that many marks where each layer starts; the sites making at least as many are
-    // the layers' code (a site running twice in a layer repeats more, a head making two
-    // tensors alike fewer).
-    let count = |reps: &[(usize, usize, usize)]| reps.iter().map(|r| r.2).sum::<usize>();
+    // The layers: the number of repeats most sites make (ties: the larger). A site making that
+    // many marks where each layer starts; the sites making at least as many are the layers'
+    // code (a site running twice in a layer repeats more, a head making two tensors alike
+    // fewer). Of the first sites making that many, the one whose layers are most alike in
+    // bytes marks them.
     let mut tally: FxHashMap<usize, usize> = FxHashMap::default();
     for s in sites.iter().filter(|s| !s.2.is_empty()) {
         *tally.entry(count(&s.2)).or_default() += 1;
     }
     let layers = tally.iter().max_by_key(|&(&n, &sites)| (sites, n)).map_or(0, |(&n, _)| n);
-    let marker = sites.iter().filter(|s| !s.2.is_empty() && count(&s.2) == layers).min_by_key(|s| acts[s.0].start);
-    let starts: Vec<u32> = match marker {
-        Some((from, _, reps)) => {
-            reps.iter().flat_map(|&(s, p, n)| (0..n).map(move |k| acts[from + s + k * p].start)).collect()
+    let mut markers: Vec<&SiteReps> = sites.iter().filter(|s| layers > 0 && count(&s.2) == layers).collect();
+    markers.sort_unstable_by_key(|s| acts[s.0].start);
+    let mut best: Option<(f64, Vec<Group>)> = None;
+    for (from, _, reps) in markers.into_iter().take(MAX_MARKERS) {
+        let starts: Vec<u32> =
+            reps.iter().flat_map(|&(s, p, n)| (0..n).map(move |k| acts[from + s + k * p].start)).collect();
+        let groups = groups_of(acts, &sites, layers, &starts);
+        let imbalance = imbalance(acts, &groups, starts.len());
+        if best.as_ref().is_none_or(|b| imbalance < b.0) {
+            best = Some((imbalance, groups));
         }
-        None => Vec::new(),
-    };
-    for (from, end, reps) in &sites {
-        let reps: &[_] = if layers > 0 && count(reps) >= layers { reps } else { &[] };
+    }
+    match best {
+        Some((imbalance, groups)) if imbalance <= MAX_IMBALANCE => out.extend(groups),
+        _ => out.extend(acts.iter().map(|a| Group::Site(a.iteration, a.site))),
+    }
+}
+
+/// The number of repeats of a site.
+fn count(reps: &[(usize, usize, usize)]) -> usize {
+    reps.iter().map(|r| r.2).sum()
+}
+
+/// Each activation's group when layers start at `starts`: the layer it starts in for the
+/// repeats of a site making at least `layers` of them, its site otherwise.
+fn groups_of(acts: &[Act], sites: &[SiteReps], layers: usize, starts: &[u32]) -> Vec<Group> {
+    let mut out = Vec::with_capacity(acts.len());
+    for (from, end, reps) in sites {
+        let reps: &[_] = if count(reps) >= layers { reps } else { &[] };
         let mut covered = reps.iter().map(|&(s, p, n)| (from + s)..(from + s + p * n)).peekable();
         for (j, a) in acts.iter().enumerate().take(*end).skip(*from) {
             while covered.peek().is_some_and(|r| r.end <= j) {
@@ -108,12 +141,30 @@ fn assign_iteration(acts: &[Act], out: &mut Vec<Group>) {
             }
             let group = if covered.peek().is_some_and(|r| r.contains(&j)) {
                 let layer = starts.partition_point(|&s| s <= a.start).saturating_sub(1);
-                Group::Layer(it, layer as u32)
+                Group::Layer(a.iteration, layer as u32)
             } else {
-                Group::Site(it, a.site)
+                Group::Site(a.iteration, a.site)
             };
             out.push(group);
         }
+    }
+    out
+}
+
+/// The largest layer's bytes over the median layer's (infinite when the median is 0).
+fn imbalance(acts: &[Act], groups: &[Group], layers: usize) -> f64 {
+    let mut bytes = vec![0u64; layers];
+    for (a, g) in acts.iter().zip(groups) {
+        if let Group::Layer(_, l) = g {
+            bytes[*l as usize] = bytes[*l as usize].saturating_add(a.size);
+        }
+    }
+    bytes.sort_unstable();
+    let (median, max) = (bytes[layers / 2], bytes[layers - 1]);
+    if median == 0 {
+        f64::INFINITY
+    } else {
+        max as f64 / median as f64
     }
 }
 
@@ -177,6 +228,33 @@ mod tests {
         assert_ne!(size_class(64 << 20), size_class(128 << 20));
         assert_ne!(size_class(64 << 20), size_class(80 << 20));
         assert!(size_class(1) > size_class(0));
+    }
+
+    /// Activations (site, bytes) one step apart, ids from 1.
+    fn acts(list: &[(u32, u64)]) -> Vec<Act> {
+        let at = |i: usize| i as u32 + 1;
+        list.iter()
+            .enumerate()
+            .map(|(i, &(s, size))| Act { iteration: 0, site: Some(FrameId(s)), start: at(i), id: at(i), size })
+            .collect()
+    }
+
+    fn firsts(list: &[(u32, u64)]) -> Vec<u32> {
+        let mut f = first_of_each_layer(acts(list)).0;
+        f.sort_unstable();
+        f
+    }
+
+    #[test]
+    fn a_burst_repeating_as_often_as_the_layers_does_not_mark_them() {
+        // Three small tensors at once (compiled code's), then three layers of two activations.
+        let burst = [(9, 8), (9, 8), (9, 8)];
+        let layers = [(1, 1000), (1, 2000), (1, 1000), (1, 2000), (1, 1000), (1, 2000)];
+        assert_eq!(firsts(&[&burst[..], &layers].concat()), vec![1, 6, 8]);
+        // Where only bursts make as many repeats as the layers, the layering is refused: each
+        // site is a group of its own.
+        let four = [(1, 1000), (1, 2000), (1, 1000), (1, 2000), (1, 1000), (1, 2000), (1, 1000), (1, 2000)];
+        assert_eq!(firsts(&[&burst[..], &[(8, 16), (8, 16), (8, 16)], &four].concat()), vec![1, 4, 7]);
     }
 
     #[test]

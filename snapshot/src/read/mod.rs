@@ -278,7 +278,7 @@ fn detect(
         }
         if b.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
             if nested {
-                return Err(ReadError::new(ErrorKind::Unsupported, "zstd inside another container"));
+                return Err(ReadError::new(ErrorKind::Unsupported, "zstd inside another container").at(0));
             }
             return Ok(Some(State::Buffer(Buffered::Zstd, Vec::new())));
         }
@@ -288,7 +288,7 @@ fn detect(
             }
             if b.get(1) == Some(&0x8b) {
                 if nested {
-                    return Err(ReadError::new(ErrorKind::Unsupported, "gzip inside gzip"));
+                    return Err(ReadError::new(ErrorKind::Unsupported, "gzip inside gzip").at(0));
                 }
                 let mut inner = Loader::new(limits);
                 inner.nested = true;

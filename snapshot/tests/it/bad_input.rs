@@ -322,3 +322,20 @@ fn a_too_large_error_says_whether_the_snapshot_is_big_or_hostile() {
     // Other kinds have no bound.
     assert_eq!(fails(&pickle(b"j\xff\xff\xff\x7f."), ErrorKind::Malformed).bound, None);
 }
+
+#[test]
+fn a_container_inside_another_is_refused_saying_where() {
+    // A zstd frame (one raw block) whose payload is a zstd frame's magic number: the fuzzer's
+    // `read_windowed` found this error without a place.
+    let zstd_in_zstd = [0x28, 0xb5, 0x2f, 0xfd, 0x20, 0x04, 0x21, 0x00, 0x00, 0x28, 0xb5, 0x2f, 0xfd];
+    let gzip_in_gzip = gzip(&gzip(b"(dp0\n."));
+    for (what, bytes) in [("zstd inside another container", zstd_in_zstd.to_vec()), ("gzip inside gzip", gzip_in_gzip)]
+    {
+        let windowed = Limits { keep_last_entries: Some(5), ..Limits::default() };
+        for e in [read(&bytes).unwrap_err(), read_with(&bytes, windowed, true).unwrap_err()] {
+            assert_eq!(e.kind, ErrorKind::Unsupported, "{e}");
+            assert_eq!(e.offset, Some(0), "{e}");
+            assert!(e.to_string().contains(what) && e.to_string().contains("payload"), "{e}");
+        }
+    }
+}
