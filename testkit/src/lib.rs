@@ -11,6 +11,17 @@ pub mod pickle;
 
 pub use corpus::{dir, expected, file_or_skip, files, full, if_full, paths, read_or_skip, MIN_FILES};
 
+/// What PyTorch's own `_memory_viz.py` (vendored in `third_party/pytorch/`) prints for
+/// `command` (`stats`, `trace`, `segments`...) on the snapshot at `path`. Needs python3, not
+/// torch.
+pub fn memory_viz(path: &Path, command: &str) -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../third_party/pytorch/_memory_viz.py");
+    let out =
+        std::process::Command::new("python3").arg(script).arg(command).arg(path).output().expect("python3 is needed");
+    assert!(out.status.success(), "{} {command}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
 /// The example the viewer opens at start (`examples/`, copied into the repository).
 pub fn example(name: &str) -> Vec<u8> {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples").join(name);

@@ -143,10 +143,7 @@ fn a_pytorch_step_every_pytorch_segment_is_ours_and_ours_shows_what_pytorch_cann
 /// The `total_reserved` and `segments` lines of `_memory_viz.py stats` (PyTorch's own code,
 /// vendored in third_party/pytorch) on a snapshot file.
 fn memory_viz_stats(path: &Path) -> (String, String) {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../third_party/pytorch/_memory_viz.py");
-    let out = std::process::Command::new("python3").arg(script).arg("stats").arg(path).output().unwrap();
-    assert!(out.status.success(), "{}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
-    let text = String::from_utf8(out.stdout).unwrap();
+    let text = testkit::memory_viz(path, "stats");
     let line =
         |key: &str| text.lines().find_map(|l| l.strip_prefix(key)).unwrap_or_else(|| panic!("{text}")).to_string();
     (line("segments: "), line("total_reserved: "))

@@ -3,7 +3,6 @@
 //! window that names its file; bad requests exit 2 naming what was wrong.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use serde_json::Value;
 
@@ -12,18 +11,11 @@ use super::{memscape, stats_json};
 /// `_memory_viz.py stats` (PyTorch's segsum): its `segments`, `total_reserved` and
 /// `total_allocated` lines.
 fn memory_viz_stats(path: &Path) -> Vec<String> {
-    let text = memory_viz(path, "stats");
+    let text = testkit::memory_viz(path, "stats");
     ["segments: ", "total_reserved: ", "total_allocated: "]
         .iter()
         .map(|k| text.lines().find(|l| l.starts_with(k)).unwrap_or_else(|| panic!("{text}")).to_string())
         .collect()
-}
-
-fn memory_viz(path: &Path, command: &str) -> String {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../third_party/pytorch/_memory_viz.py");
-    let out = Command::new("python3").arg(script).arg(command).arg(path).output().expect("python3 is needed");
-    assert!(out.status.success(), "{} {command}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap()
 }
 
 fn tmp() -> PathBuf {
@@ -51,7 +43,7 @@ fn the_last_entries_open_in_pytorchs_viewer_with_the_originals_live_bytes() {
         assert!(r.status.success(), "{name}: {}", String::from_utf8_lossy(&r.stderr));
         assert_eq!(memory_viz_stats(&out), memory_viz_stats(&path), "{name}");
         // PyTorch's `trace` lists the window's entries, on the device that has them.
-        let listed = memory_viz(&out, "trace");
+        let listed = testkit::memory_viz(&out, "trace");
         let ours = stats_json(&out);
         let d = &ours["devices"][0];
         assert_eq!(d["trace_entries"], 2000, "{name}");
@@ -90,7 +82,7 @@ fn a_window_inside_the_trace_ends_with_the_allocator_state_at_its_end() {
     assert_eq!(ours["total_reserved"], at_end.reserved_bytes);
     assert_eq!(ours["segments"], at_end.segments.len());
     assert_eq!(ours["devices"][0]["timeline"]["final_bytes"], at_end.allocated_bytes);
-    assert!(memory_viz(&out, "trace").contains("4000 entries\n"));
+    assert!(testkit::memory_viz(&out, "trace").contains("4000 entries\n"));
 }
 
 #[test]
