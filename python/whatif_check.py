@@ -260,10 +260,14 @@ def record(spec: dict, change: str, path: Path, steps: int) -> dict:
             train(spec, change, "cuda", steps)
     except torch.OutOfMemoryError as e:
         outcome = "oom: " + str(e).splitlines()[0][:160]
+    except Exception as e:  # noqa: BLE001 (one change failing, e.g. an optimizer's kernels, is a row)
+        outcome = f"error: {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
     seconds = time.monotonic() - t0
     max_allocated = torch.cuda.max_memory_allocated() - before
     gc.collect()
     torch.cuda.empty_cache()
+    if not path.exists():
+        return dict(outcome=outcome + " (no snapshot written)", measured_peak_bytes=0, seconds=round(seconds, 2))
     stats = memscape.stats(path)
     dev = stats["devices"][0]
     return dict(
@@ -314,11 +318,12 @@ def table(results: dict) -> str:
         if r.get("skipped"):
             lines.append(f"| {r['model']} | {r['change']} | | | | not run: {r['skipped']} |")
             continue
-        measured = r["measured_peak_bytes"]
-        err = "OOM" if r["outcome"] != "ok" else f"{r['error_pct']:+.1f}%"
+        ok, oom = r["outcome"] == "ok", r["outcome"].startswith("oom")
+        measured = gib(r["measured_peak_bytes"]) if ok else "out of memory" if oom else "failed"
+        err = f"{r['error_pct']:+.1f}%" if ok else "OOM" if oom else r["outcome"]
         lines.append(
             f"| {r['model']} | {r['change']} | {gib(r['baseline_peak_bytes'])} | {gib(r['predicted_peak_bytes'])} | "
-            f"{gib(measured) if r['outcome'] == 'ok' else 'out of memory'} | {err} |"
+            f"{measured} | {err} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -329,6 +334,8 @@ def save(out: Path, results: dict) -> None:
 
 
 def gzip_to(src: Path, dst: Path) -> None:
+    if not src.exists():
+        return
     with open(src, "rb") as f, gzip.open(dst, "wb", compresslevel=6) as g:
         shutil.copyfileobj(f, g)
     src.unlink()
@@ -352,9 +359,8 @@ def check(args: argparse.Namespace) -> int:
         (snaps / name).mkdir(exist_ok=True)
         raw = snaps / name / "baseline.pickle"
         base = record(spec, "", raw, args.steps)
-        doctor = memscape.doctor(raw)
+        predicted = {w["key"]: w for w in memscape.doctor(raw)["what_if"]} if base["outcome"] == "ok" else {}
         gzip_to(raw, snaps / name / "baseline.pickle.gz")
-        predicted = {w["key"]: w for w in doctor["what_if"]}
         print(f"{name}: baseline {gib(base['measured_peak_bytes'])} ({base['outcome']}, {base['seconds']} s)", flush=True)
         results.setdefault("baselines", {})[name] = dict(model=describe(spec), spec=spec, **base)
         for change in CHANGES:

@@ -64,21 +64,22 @@ impl Opener {
     /// Opens a file or blob (whole, or the window `?last=N` in the address asks for); on
     /// failure the error is shown and what was open stays open.
     pub(crate) fn open(self, blob: web_sys::Blob, name: String) {
-        self.open_as(blob, name, true, crate::dom::window_param(), None);
+        self.open_as(blob, name, true, crate::dom::window_param(), None, None);
     }
 
     /// Opens a window of a file in a tab of its own.
     pub(crate) fn open_window(self, blob: web_sys::Blob, name: String, window: ReadWindow) {
-        self.open_as(blob, name, true, Some(window), None);
+        self.open_as(blob, name, true, Some(window), None, None);
     }
 
     /// Opens a file as [`Opener::open`] does, then calls `then` with its tab once it is open.
     pub(crate) fn open_then(self, blob: web_sys::Blob, name: String, then: impl Fn(DocId) + 'static) {
-        self.open_as(blob, name, true, crate::dom::window_param(), Some(Rc::new(then)));
+        self.open_as(blob, name, true, crate::dom::window_param(), Some(Rc::new(then)), None);
     }
 
     /// Opens a file; one that is not `wanted` (the bundled example) only comes to the front
-    /// if no other file was opened meanwhile.
+    /// if no other file was opened meanwhile. `why`: why a window is read though its size
+    /// did not ask for one (a compressed file read again), for the notice.
     fn open_as(
         self,
         blob: web_sys::Blob,
@@ -86,6 +87,7 @@ impl Opener {
         wanted: bool,
         window: Option<ReadWindow>,
         then: Option<Rc<dyn Fn(DocId)>>,
+        why: Option<&'static str>,
     ) {
         // A file with no name (a drop from another program can give one) still needs a word
         // on its tab and in its messages.
@@ -95,6 +97,7 @@ impl Opener {
         let shown = name.clone();
         let ahead = self.ahead(name.clone(), wanted);
         let on_progress = ahead.clone();
+        let again = (blob.clone(), name.clone(), then.clone());
         let id = worker().open(&blob, &name, window, move |id, ev| match ev {
             LoadEvent::Progress { bytes, .. } => {
                 self.loads.update(|l| {
@@ -116,10 +119,12 @@ impl Opener {
                 record("wasm-memory-worker", info.heap_bytes as f64);
                 self.plot.first_draw.set_value(Some((info.doc, started)));
                 if let Some(w) = &info.summary.window {
-                    let why = if engine::Loading::too_large_whole(info.bytes) {
-                        " (the file is over what a tab reads whole)"
-                    } else {
-                        ""
+                    let why = match why {
+                        Some(why) => why,
+                        None if engine::Loading::too_large_whole(info.bytes) => {
+                            " (the file is over what a tab reads whole)"
+                        }
+                        None => "",
                     };
                     self.messages.notice.set(Some(format!(
                         "Showing a window{why}: {}. Memory alive when it starts is drawn from its first step.",
@@ -137,6 +142,15 @@ impl Opener {
             LoadEvent::Failed(msg) => {
                 self.loads.update(|l| l.retain(|l| l.id != id));
                 self.messages.error(msg);
+            }
+            LoadEvent::TooLargeWhole(_) => {
+                // Its pickle passed the limit as it decompressed: its last events instead, in
+                // a fresh worker (the failed one is ended, with what it held).
+                self.loads.update(|l| l.retain(|l| l.id != id));
+                let (blob, name, then) = again.clone();
+                let last = Some(ReadWindow::Last(engine::protocol::WINDOW_ENTRIES));
+                let why = " (its pickle, decompressed, is over what a tab reads whole)";
+                self.open_as(blob, name, wanted, last, then, Some(why));
             }
             LoadEvent::Cancelled => {
                 self.loads.update(|l| l.retain(|l| l.id != id));
@@ -228,7 +242,7 @@ impl Opener {
                 match wasm_bindgen_futures::JsFuture::from(asked).await {
                     Ok(b) if b.is_instance_of::<web_sys::Blob>() => {
                         record("example-fetched-at", now());
-                        self.open_as(b.unchecked_into(), EXAMPLE.to_string(), false, None, None);
+                        self.open_as(b.unchecked_into(), EXAMPLE.to_string(), false, None, None, None);
                     }
                     // Not fetched: the worker meant for it waits for the next file. Unless it
                     // stopped first (then the example was not fetched either): the page says
@@ -254,7 +268,7 @@ impl Opener {
             let Ok(p) = resp.blob() else { return };
             if let Ok(b) = wasm_bindgen_futures::JsFuture::from(p).await {
                 record("example-fetched-at", now());
-                self.open_as(b.unchecked_into(), EXAMPLE.to_string(), false, None, None);
+                self.open_as(b.unchecked_into(), EXAMPLE.to_string(), false, None, None, None);
             }
         });
     }

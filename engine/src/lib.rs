@@ -34,6 +34,9 @@ pub struct Loading {
     started: f64,
     /// A windowed read: which entries of each trace it keeps.
     window: Option<ReadWindow>,
+    /// A whole read failed for the size of what it held (a compressed file whose pickle is
+    /// over the limit): read as a window, it would open ([`Loading::window_would_open`]).
+    too_large: bool,
 }
 
 impl Loading {
@@ -51,7 +54,7 @@ impl Loading {
             (None, Some((a, b))) => Some(ReadWindow::Entries(a, b)),
             (None, None) => None,
         };
-        Loading { name: name.to_string(), total, loader, started: now_ms, window }
+        Loading { name: name.to_string(), total, loader, started: now_ms, window, too_large: false }
     }
 
     /// Starts reading a window of `name`. Memory follows the window, so the size limit of a
@@ -72,7 +75,18 @@ impl Loading {
 
     /// Feeds the next slice; an error names the file, what was wrong and where.
     pub fn feed(&mut self, chunk: &[u8]) -> Result<(), String> {
-        self.loader.feed(chunk).map_err(|e| failed(&self.name, &e))
+        self.loader.feed(chunk).map_err(|e| {
+            self.too_large = self.window.is_none() && e.bound == Some(snapshot::Bound::Size);
+            failed(&self.name, &e)
+        })
+    }
+
+    /// After a failed [`Loading::feed`]: whether the file failed only for being too large to
+    /// read whole though its size said otherwise (a compressed file whose pickle passes the
+    /// limit as it decompresses, or a model over the memory limit). Read again as the window
+    /// of its last [`WINDOW_ENTRIES`](protocol::WINDOW_ENTRIES) events, it would open.
+    pub fn window_would_open(&self) -> bool {
+        self.too_large
     }
 
     /// Bytes read so far.

@@ -135,9 +135,16 @@ pub enum Response {
 #[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum LoadEvent {
-    Progress { bytes: u64, total: u64 },
+    Progress {
+        bytes: u64,
+        total: u64,
+    },
     Loaded(DocInfo),
     Failed(String),
+    /// The file is too large to read whole though its size said otherwise (a compressed
+    /// file whose pickle passed the limit as it decompressed: why, in words): the page opens
+    /// the window of its last [`WINDOW_ENTRIES`] events instead, in a fresh worker.
+    TooLargeWhole(String),
     Cancelled,
 }
 

@@ -1,5 +1,6 @@
-//! What every fuzz target checks once the reader accepted an input: the analyses run on the
-//! model without panicking, and the writer's output reads back to a fixpoint.
+//! What every fuzz target checks once the reader accepted an input: the analyses (the
+//! categories and what-if among them) run on the model without panicking, and the writer's
+//! output reads back to a fixpoint.
 
 use snapshot::timeline::{LodQuery, Timeline, TimelineKind};
 
@@ -14,6 +15,10 @@ pub fn exercise(loaded: &snapshot::Loaded) {
             let _ = t.element_at(t.peak_step(), t.peak_bytes() / 2);
             let _ = t.element_near(t.peak_step(), t.peak_bytes() / 2, t.peak_bytes() / 100);
         }
+        // The categories and the what-if predictions (the layers of the forward passes).
+        let blocks = Timeline::build(snap, d, TimelineKind::Blocks);
+        let cats = snapshot::categories::analyze(snap, &blocks, &snapshot::categories::Compiled::default());
+        let _ = snapshot::doctor::what_if(snap, &blocks, &cats, &snapshot::doctor::Change::DEFAULTS);
         let st = snapshot::state::StateIndex::build(snap, d);
         let len = snap.trace(d).len();
         let _ = st.state_after(snap, None);

@@ -127,7 +127,9 @@ impl Worker {
             asked = pieces.ask();
             if let Err(e) = loading.feed(&piece) {
                 pieces.cancel();
-                self.send(&FromWorker::Load { id, event: LoadEvent::Failed(e) });
+                let event =
+                    if loading.window_would_open() { LoadEvent::TooLargeWhole(e) } else { LoadEvent::Failed(e) };
+                self.send(&FromWorker::Load { id, event });
                 return;
             }
             at += piece.len() as u64;

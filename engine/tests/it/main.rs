@@ -382,6 +382,32 @@ fn a_file_too_large_for_the_tab_is_refused_at_once_with_what_to_do_instead() {
 }
 
 #[test]
+fn a_compressed_file_whose_pickle_is_too_large_would_open_as_a_window() {
+    let bytes = testkit::example("cs336-fullstep.pickle");
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut gz, &bytes).unwrap();
+    let gz = gz.finish().unwrap();
+    // The file is under the limit, its pickle over: the whole read fails as it decompresses.
+    let limit = (gz.len() as u64 + bytes.len() as u64) / 2;
+    let limits = snapshot::Limits { max_pickle_bytes: limit, ..snapshot::Limits::default() };
+    let mut l = Loading::with_limits("big.pickle.gz", gz.len() as u64, 0.0, limits);
+    let e = gz.chunks(1 << 16).map(|c| l.feed(c)).find_map(Result::err).expect("over the limit");
+    assert!(e.starts_with("big.pickle.gz: the snapshot is too large"), "{e}");
+    assert!(l.window_would_open());
+    // Not for a file that is wrong rather than large, nor for a read that is a window already.
+    let mut bad = Loading::new("bad.pickle", 8, 0.0);
+    assert!(bad.feed(b"\x80\x04\x00junk").is_err() && !bad.window_would_open());
+    let mut w = Loading::with_limits(
+        "w.pickle.gz",
+        gz.len() as u64,
+        0.0,
+        snapshot::Limits { keep_last_entries: Some(10), ..limits },
+    );
+    let _ = gz.chunks(1 << 16).map(|c| w.feed(c)).find_map(Result::err);
+    assert!(!w.window_would_open());
+}
+
+#[test]
 fn a_file_opened_as_a_window_draws_its_last_entries_and_says_so() {
     let bytes = testkit::example("cs336-fullstep.pickle");
     let whole = snapshot::read(&bytes).unwrap().snapshot;
