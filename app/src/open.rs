@@ -143,7 +143,7 @@ impl Opener {
                 self.loads.update(|l| l.retain(|l| l.id != id));
                 self.messages.error(msg);
             }
-            LoadEvent::TooLargeWhole(_) => {
+            LoadEvent::TooLargeWhole => {
                 // Its pickle passed the limit as it decompressed: its last events instead, in
                 // a fresh worker (the failed one is ended, with what it held).
                 self.loads.update(|l| l.retain(|l| l.id != id));

@@ -142,9 +142,9 @@ pub enum LoadEvent {
     Loaded(DocInfo),
     Failed(String),
     /// The file is too large to read whole though its size said otherwise (a compressed
-    /// file whose pickle passed the limit as it decompressed: why, in words): the page opens
-    /// the window of its last [`WINDOW_ENTRIES`] events instead, in a fresh worker.
-    TooLargeWhole(String),
+    /// file whose pickle passed the limit as it decompressed): the page opens the window of
+    /// its last [`WINDOW_ENTRIES`] events instead, in a fresh worker.
+    TooLargeWhole,
     Cancelled,
 }
 

@@ -14,11 +14,12 @@ pub fn exercise(loaded: &snapshot::Loaded) {
             let _ = t.lod(&LodQuery { start: -1.0, end: n + 1.0, columns: 64, min_bytes: t.peak_bytes() / 64 });
             let _ = t.element_at(t.peak_step(), t.peak_bytes() / 2);
             let _ = t.element_near(t.peak_step(), t.peak_bytes() / 2, t.peak_bytes() / 100);
+            if kind == TimelineKind::Blocks {
+                // The categories and the what-if predictions (the layers of the forward passes).
+                let cats = snapshot::categories::analyze(snap, &t, &snapshot::categories::Compiled::default());
+                let _ = snapshot::doctor::what_if(snap, &t, &cats, &snapshot::doctor::Change::DEFAULTS);
+            }
         }
-        // The categories and the what-if predictions (the layers of the forward passes).
-        let blocks = Timeline::build(snap, d, TimelineKind::Blocks);
-        let cats = snapshot::categories::analyze(snap, &blocks, &snapshot::categories::Compiled::default());
-        let _ = snapshot::doctor::what_if(snap, &blocks, &cats, &snapshot::doctor::Change::DEFAULTS);
         let st = snapshot::state::StateIndex::build(snap, d);
         let len = snap.trace(d).len();
         let _ = st.state_after(snap, None);

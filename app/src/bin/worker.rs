@@ -127,8 +127,7 @@ impl Worker {
             asked = pieces.ask();
             if let Err(e) = loading.feed(&piece) {
                 pieces.cancel();
-                let event =
-                    if loading.window_would_open() { LoadEvent::TooLargeWhole(e) } else { LoadEvent::Failed(e) };
+                let event = if loading.window_would_open() { LoadEvent::TooLargeWhole } else { LoadEvent::Failed(e) };
                 self.send(&FromWorker::Load { id, event });
                 return;
             }
