@@ -282,7 +282,7 @@ fn PeakPanel(r: Report) -> impl IntoView {
                 }}
             </p>
             {r.at_end.map(|e| view! {
-                <p id="at-end" data-verdict=e.verdict.map_or("none", |v| v.key())>{format!("At the end of the trace: {} ({})", e.why, e.assumption)}</p>
+                <p id="at-end" data-verdict=e.verdict.map_or("none", |v| v.key())>{format!("At the end of the trace: {}. Were it dumped at an out-of-memory error: {} ({})", e.state, e.why, e.assumption)}</p>
             })}
             <Holders holders=p.holders/>
         </section>

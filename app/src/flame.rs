@@ -80,6 +80,14 @@ impl Flames {
                 let height = f64::from(draw::flame_rows(&placed)) * draw::FLAME_ROW;
                 web_sys::HtmlElement::style(&canvas).set_property("height", &format!("{height}px")).ok();
                 draw::flame(&canvas, vm, &placed, hover, &root_label(vm, node), &draw::Theme::read());
+                // What the boxes drawn stand for, for those who cannot see the canvas (and the tests).
+                let names: std::collections::BTreeSet<&str> = placed
+                    .iter()
+                    .filter_map(|p| vm.nodes.get(p.node as usize))
+                    .skip(1)
+                    .map(|n| n.name.as_str())
+                    .collect();
+                canvas.set_attribute("data-names", &names.into_iter().collect::<Vec<_>>().join("\n")).ok();
                 f.placed.set_value(placed);
             });
         });

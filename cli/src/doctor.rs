@@ -134,8 +134,13 @@ fn print_doctor(out: &mut impl std::io::Write, r: &snapshot::doctor::Report) -> 
         }
     }
     if let Some(e) = &r.at_end {
-        writeln!(out, "\nno oom event in the trace; the final state, read as a snapshot dumped at an error:")?;
-        writeln!(out, "  {}: {}", e.verdict.map_or("undecided", |v| v.label()), e.why)?;
+        writeln!(out, "\nno oom event in the trace; at the end: {}", e.state)?;
+        writeln!(
+            out,
+            "  were it dumped at an out-of-memory error: {}: {}",
+            e.verdict.map_or("undecided", |v| v.label()),
+            e.why
+        )?;
         let f = &e.figures;
         writeln!(
             out,

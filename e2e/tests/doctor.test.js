@@ -10,9 +10,14 @@ import { mkdirSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
-import { openExample, pixelHash, canvasWhen, painted, shot, MEMSCAPE, ROOT } from '../harness.js';
+import { openExample, pixelHash, canvasWhen, painted, shot, needs, tabShown, MEMSCAPE, ROOT, CORPUS } from '../harness.js';
 
 const EXAMPLE = 'cs336-fullstep.pickle';
+// The corpus's out-of-memory file: FlexGen's, dumped by an OOM observer (no `oom` event).
+const OOM_FILE = 'pt20-flexgen-opt-oom-history.pickle';
+// What a holder must never be: a destructor, the allocator, the unwinder, the interpreter or
+// the dispatcher (the frames of a free, or of C++ plumbing).
+const PLUMBING = /::~|intrusive_ptr|StorageImpl|CachingAllocator|unwind::unwind|CapturedTraceback|_PyEval|PyObject_|_PyRun|Py_BytesMain|PyMethod_New|PyType_GetModule|__libc|c10::impl::|c10::Dispatcher/;
 const TMP = join(tmpdir(), 'memscape-doctor');
 const FILE = join(TMP, 'two-ooms.pickle');
 let view, page, report;
@@ -91,6 +96,18 @@ test('a file without an OOM: no banner, and the doctor shows its peak', async ()
   assert.match(await page.locator('#headroom').textContent(), /headroom is unknown/);
   const sites = await page.locator('#peak-health tr.holder').evaluateAll(trs => trs.map(tr => [tr.dataset.site, Number(tr.dataset.bytes)]));
   assert.deepEqual(sites, example.peak.holders.map(h => [h.site, h.bytes]));
+  // A training step recorded with C++ stacks: the holders are the user's lines, never a frame
+  // of a free (the tensor's destructor) or of the interpreter.
+  assert.deepEqual(sites.filter(([s]) => PLUMBING.test(s)), [], 'no holder is plumbing');
+  assert.ok(sites.filter(([s]) => /cs336_systems\/adapters\.py:\d+:\w+$/.test(s)).length >= 5, JSON.stringify(sites));
+  assert.ok(sites.some(([s]) => /^allocated before recording; freed at .*benchmarking_script\.py:\d+:\w+$/.test(s)),
+    'what was allocated before the recording is named by where it went');
+  // A run that ended well is not described as a failure.
+  const atEnd = await page.locator('#at-end').textContent();
+  assert.match(atEnd, /^At the end of the trace: [\d.]+GiB reserved at the end, [\d.]+GiB of it free in the cache/);
+  assert.match(atEnd, /Were it dumped at an out-of-memory error: /);
+  assert.doesNotMatch(atEnd, /fails for fragmentation|dumped when an allocation failed/);
+  await shot(page, '12-doctor-peak', { fullPage: true });
   await page.click('#mode-timeline');
 });
 
@@ -164,6 +181,22 @@ test('a ticked what-if prediction is drawn on the category chart', async () => {
   await page.click('#mode-categories');
   await canvasWhen(page, 'categories', { not: withLine });
   assert.ok(await darkTopRow() < 0.05, `no line once unticked: ${await darkTopRow()}`);
+});
+
+test('the corpus out-of-memory file: the doctor names the line that allocated the memory', async t => {
+  if (!needs(t, OOM_FILE)) return;
+  const path = join(CORPUS, OOM_FILE);
+  const r = doctorJson(path);
+  await page.setInputFiles('#file-input', path);
+  await tabShown(page, OOM_FILE);
+  await page.click('#mode-doctor');
+  await page.waitForSelector('#peak-health tr.holder', { timeout: 30000 });
+  const sites = await page.locator('#peak-health tr.holder').evaluateAll(trs => trs.map(tr => [tr.dataset.site, Number(tr.dataset.bytes)]));
+  assert.deepEqual(sites, r.peak.holders.map(h => [h.site, h.bytes]));
+  assert.match(sites[0][0], /\/FlexGen\/flexgen\/pytorch_backend\.py:190:allocate$/);
+  assert.ok(sites[0][1] > 10 * 2 ** 30, 'the cache FlexGen allocated holds the memory');
+  assert.equal(await page.locator('#at-end').getAttribute('data-verdict'), 'exhausted');
+  await shot(page, '15-doctor-corpus-oom', { fullPage: true });
 });
 
 test('nothing left the page, and the console is clean', () => {

@@ -115,6 +115,25 @@ test('hovering shows a frame with its bytes and share; a click zooms into it and
   assert.equal(await pixels(), picture);
 });
 
+test('without all frames, rows are the Python frames and the operator that allocated; all frames shows the rest', async () => {
+  // The names of every box drawn (data-names: flame.rs), at the peak.
+  const names = () => page.evaluate(() => document.querySelector('#flame').dataset.names.split('\n'));
+  const plumbing = /_PyEval|PyObject_|_PyRun|Py_BytesMain|Py_RunMain|PyMethod_New|PyType_GetModule|__libc|_start$|c10::impl::|c10::Dispatcher|CachingAllocator|unwind::unwind|CapturedTraceback|::~|wrap_kernel_functor/;
+  const plain = await names();
+  assert.deepEqual(plain.filter(n => plumbing.test(n)), [], 'no interpreter, dispatcher, allocator or unwinder row');
+  assert.ok(plain.some(n => /^backward: \w+Backward\d, aten::\w+$/.test(n)), 'a backward allocation\'s node and op, one row');
+  assert.ok(plain.some(n => /^aten::\w+$/.test(n)), 'a forward allocation\'s op under its line');
+  assert.ok(plain.includes('run_benchmark_with_nvtx'), 'the user\'s frames');
+  await page.check('#flame-all-frames');
+  await page.waitForFunction(() => /_PyEval_EvalFrameDefault/.test(document.querySelector('#flame').dataset.names ?? ''), null, { timeout: 30000 });
+  const all = await names();
+  assert.ok(all.some(n => /CUDACachingAllocator/.test(n)), 'all frames shows the allocator\'s');
+  await painted(page);
+  await shot('32b-flame-all-frames');
+  await page.uncheck('#flame-all-frames');
+  await page.waitForFunction(() => !/_PyEval_EvalFrameDefault/.test(document.querySelector('#flame').dataset.names ?? ''), null, { timeout: 30000 });
+});
+
 test('a search highlights the frames it matches', async () => {
   const picture = await pixels();
   await page.fill('#flame-search', 'adapters.py');
@@ -163,7 +182,7 @@ test('a click on the category chart chooses the step; Peak goes back', async () 
 
 test('a click on a line of code shows its allocations highlighted on the timeline', async () => {
   const line = await page.evaluate(() => {
-    const tr = [...document.querySelectorAll('#flame-lines tr.flame-line')].find(tr => !tr.dataset.site.startsWith('('));
+    const tr = [...document.querySelectorAll('#flame-lines tr.flame-line')].find(tr => /\.py:\d+:/.test(tr.dataset.site));
     return { site: tr.dataset.site, count: Number(tr.dataset.count) };
   });
   const hitColour = () => page.evaluate(() => {

@@ -59,8 +59,18 @@ pub(crate) fn view(
                 (NodeKind::Root, _) => "all".to_string(),
                 (NodeKind::NoStack, _) => "(no stack recorded)".to_string(),
                 (NodeKind::NoFrames, _) => "(no frames)".to_string(),
+                (NodeKind::BeforeRecording, _) => "(allocated before recording)".to_string(),
+                (NodeKind::Op(o), _) => o.text(snap),
                 (NodeKind::Frame(_), Some(fr)) => snap.str(fr.name).to_string(),
                 (NodeKind::Frame(_), None) => "?".to_string(),
+            };
+            let hit = match (n.kind, matches.as_ref()) {
+                (NodeKind::Frame(_), Some(m)) => frame.is_some_and(|fr| m(&frame_text(snap, fr))),
+                (NodeKind::Op(o), Some(m)) => {
+                    let frames = [o.node, o.op].into_iter().flatten().filter_map(|id| snap.frames.get(id.0 as usize));
+                    m(&name) || frames.into_iter().any(|fr| m(&frame_text(snap, fr)))
+                }
+                _ => false,
             };
             FlameNodeVm {
                 parent: n.parent,
@@ -74,7 +84,7 @@ pub(crate) fn view(
                 offset: n.offset,
                 count: n.count,
                 rgb: rgb(n.largest),
-                hit: frame.zip(matches.as_ref()).is_some_and(|(fr, m)| m(&frame_text(snap, fr))),
+                hit,
             }
         })
         .collect();

@@ -758,7 +758,11 @@ impl Doc {
         let entry = e.alloc_entry.or(e.free_entry).map(|i| i as usize).filter(|&i| i < trace.len());
         let seg = e.segment.and_then(|s| snap.segments.get(s as usize));
         let block = seg.and_then(|s| s.blocks.iter().find(|b| b.address == Some(e.addr)));
-        let stack = e.stack;
+        // An allocation made before the recording shows its free's stack, and `no_stack` says so.
+        let stack = match e.origin {
+            Origin::UnmatchedFree => e.free_entry.and_then(|i| trace.frames(i as usize)),
+            _ => e.stack,
+        };
         let text = |id: Option<snapshot::StrId>| id.map(|s| snap.str(s).to_string());
         let n_elements = tl.elements().len();
         let piece = (element as usize).checked_sub(n_elements - lane.pieces.len()).map(|k| lane.pieces[k]);

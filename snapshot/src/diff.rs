@@ -9,8 +9,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::categories::{Categories, Category, N};
 use crate::frames::stack_lines;
-use crate::model::{BlockState, Snapshot, StackId};
+use crate::model::{BlockState, Snapshot};
 pub use crate::sites::site_name;
+use crate::sites::Charge;
 use crate::timeline::{Origin, Timeline};
 
 /// Points of a profile's totals curve (the highest total of each bucket of steps).
@@ -88,23 +89,22 @@ fn category_bytes<'de, D: serde::Deserializer<'de>>(d: D) -> Result<[u64; N], D:
     Ok(out)
 }
 
-/// Call sites by stack, each named once.
+/// Call sites by charge, each named once.
 #[derive(Default)]
 struct Sites {
-    of_stack: FxHashMap<StackId, u32>,
+    of_charge: FxHashMap<Charge, u32>,
     ids: FxHashMap<String, u32>,
     names: Vec<String>,
 }
 
 impl Sites {
-    fn id(&mut self, snap: &Snapshot, stack: Option<StackId>) -> u32 {
-        let Some(s) = stack else { return self.named("(no stack)") };
-        if let Some(&k) = self.of_stack.get(&s) {
+    fn id(&mut self, snap: &Snapshot, charge: Charge) -> u32 {
+        if let Some(&k) = self.of_charge.get(&charge) {
             return k;
         }
-        let name = site_name(snap, Some(s));
+        let name = charge.site(snap);
         let k = self.named(&name);
-        self.of_stack.insert(s, k);
+        self.of_charge.insert(charge, k);
         k
     }
 
@@ -134,17 +134,19 @@ pub fn profile(snap: &Snapshot, tl: &Timeline, cats: &Categories) -> Profile {
     let mut names = Sites::default();
     let mut sites: FxHashMap<String, (u64, u32)> = FxHashMap::default();
     let mut stacks: FxHashMap<String, (u64, u32)> = FxHashMap::default();
-    let mut stack_text: FxHashMap<Option<StackId>, String> = FxHashMap::default();
+    let mut stack_text: FxHashMap<Charge, String> = FxHashMap::default();
     let peak_step = tl.peak_step();
     if tl.n_steps() > 0 || !els.is_empty() {
         for id in tl.live_at(peak_step, 0) {
             let e = &els[id as usize];
-            let site = names.id(snap, e.stack);
+            let charge = Charge::of(snap, tl.device(), e);
+            let site = names.id(snap, charge);
             let s = sites.entry(names.names[site as usize].clone()).or_default();
             s.0 += e.size;
             s.1 += 1;
-            let key = stack_text.entry(e.stack).or_insert_with(|| {
-                e.stack.map_or("(no stack)".to_string(), |st| stack_lines(snap, st, true).join("\n"))
+            let key = stack_text.entry(charge).or_insert_with(|| match charge {
+                Charge::Stack(st) => stack_lines(snap, st, true).join("\n"),
+                _ => charge.site(snap),
             });
             let s = stacks.entry(key.clone()).or_default();
             s.0 += e.size;
@@ -153,7 +155,7 @@ pub fn profile(snap: &Snapshot, tl: &Timeline, cats: &Categories) -> Profile {
     }
     let mut allocs: FxHashMap<(u32, u64), u32> = FxHashMap::default();
     for e in els.iter().filter(|e| e.origin == Origin::Traced) {
-        *allocs.entry((names.id(snap, e.stack), e.size)).or_default() += 1;
+        *allocs.entry((names.id(snap, Charge::of(snap, tl.device(), e)), e.size)).or_default() += 1;
     }
     let mut allocs: Vec<(String, u64, u32)> =
         allocs.into_iter().map(|((s, b), n)| (names.names[s as usize].clone(), b, n)).collect();
@@ -175,7 +177,7 @@ pub fn profile(snap: &Snapshot, tl: &Timeline, cats: &Categories) -> Profile {
                 size: s.total_size,
                 stream: s.stream,
                 site: {
-                    let k = names.id(snap, largest);
+                    let k = names.id(snap, largest.map_or(Charge::NoStack, Charge::Stack));
                     names.names[k as usize].clone()
                 },
             }

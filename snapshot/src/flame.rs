@@ -5,17 +5,20 @@
 //! At a step every element alive after it weighs its requested bytes (the sizes the
 //! timeline stacks), so the root is that step's total; over a window of steps each element
 //! alive in it weighs bytes × the steps of its life inside the window, so what holds memory
-//! longest is widest. Stacks are read with PyTorch's frame filter unless `all_frames`; an
-//! element without a stack sits under `(no stack recorded)`, one whose frames are all
-//! filtered out under `(no frames)`. The lines of code are keyed as the diff keys call sites
-//! ([`site_name`]).
+//! longest is widest. Each element is charged to its allocation's stack ([`Charge`], the rule
+//! of every call site). Unless `all_frames`, a stack is read as the user knows it: its Python
+//! frames, and below the innermost one a single row for the operator that allocated (the
+//! autograd node or aten op, [`Operator`]), the interpreter's, dispatcher's, allocator's and
+//! unwinder's frames hidden; a stack without Python frames is that one row. An element
+//! allocated without a stack sits under `(no stack recorded)`, one allocated before the
+//! recording under `(allocated before recording)`, one whose frames all go under `(no
+//! frames)`. The lines of code are keyed as the diff keys call sites ([`Charge::site`]).
 
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
-use crate::diff::site_name;
-use crate::frames::is_hidden;
-use crate::model::{FrameId, Snapshot, StackId};
+use crate::model::{FrameId, Snapshot};
+use crate::sites::{self, Charge, Operator, SiteNames};
 use crate::timeline::Timeline;
 
 /// Which elements count, and how much each weighs.
@@ -57,8 +60,13 @@ pub enum NodeKind {
     Root,
     /// One frame of a stack.
     Frame(FrameId),
+    /// The operator that allocated, in place of the C++ frames below the innermost Python
+    /// frame (or of a stack without Python frames).
+    Op(Operator),
     /// Elements whose allocation recorded no stack.
     NoStack,
+    /// Elements allocated before the recording, with no stack of their own.
+    BeforeRecording,
     /// Elements whose stack has no frame left once filtered (or none at all).
     NoFrames,
 }
@@ -89,7 +97,7 @@ pub struct Node {
 /// A line of the user's own code and what its allocations hold.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct UserLine {
-    /// `file:line:name` as the diff names call sites ([`site_name`]).
+    /// `file:line:name` as the diff names call sites ([`Charge::site`]).
     pub site: String,
     /// Bytes (byte-steps over a window).
     pub weight: u64,
@@ -168,47 +176,38 @@ pub fn flame(snap: &Snapshot, tl: &Timeline, q: &FlameQuery) -> Flame {
         At::Window(lo, hi) => (tl.live_in(lo, hi), lo, hi),
     };
     let els = tl.elements();
-    let mut groups: FxHashMap<Option<StackId>, Group> = FxHashMap::default();
+    let mut groups: FxHashMap<Charge, Group> = FxHashMap::default();
     for id in ids {
         let e = &els[id as usize];
         let steps = if at == At::Before { 1 } else { e.end.min(hi).saturating_sub(e.start.max(lo)) };
         let w = e.size.saturating_mul(u64::from(steps));
-        groups.entry(e.stack).or_default().add(w, 1, (w, id));
+        groups.entry(Charge::of(snap, tl.device(), e)).or_default().add(w, 1, (w, id));
     }
-    let mut groups: Vec<(Option<StackId>, Group)> = groups.into_iter().collect();
+    let mut groups: Vec<(Charge, Group)> = groups.into_iter().collect();
     groups.sort_unstable_by_key(|g| g.0);
 
     let mut tree = Tree::default();
     tree.nodes.push(Building::new(NodeKind::Root, 0));
-    let mut hidden: FxHashMap<FrameId, bool> = FxHashMap::default();
+    let mut rows = Rows::default();
     let mut path: Vec<NodeKind> = Vec::new();
-    let mut lines: FxHashMap<String, Group> = FxHashMap::default();
-    for &(stack, g) in &groups {
+    let mut names = SiteNames::default();
+    let mut lines: FxHashMap<std::rc::Rc<str>, Group> = FxHashMap::default();
+    for &(charge, g) in &groups {
         path.clear();
-        match stack {
-            None => path.push(NodeKind::NoStack),
-            Some(s) => {
-                let frames = snap.stacks.get(s);
-                for &f in frames.iter().rev() {
-                    let hide = !q.all_frames
-                        && *hidden
-                            .entry(f)
-                            .or_insert_with(|| snap.frames.get(f.0 as usize).is_some_and(|fr| is_hidden(snap, fr)));
-                    if !hide && (f.0 as usize) < snap.frames.len() {
-                        path.push(NodeKind::Frame(f));
-                    }
-                }
-                if path.is_empty() {
-                    path.push(NodeKind::NoFrames);
-                }
-            }
+        match charge {
+            Charge::NoStack => path.push(NodeKind::NoStack),
+            Charge::Before(_) => path.push(NodeKind::BeforeRecording),
+            Charge::Stack(s) => rows.of(snap, snap.stacks.get(s), q.all_frames, &mut path),
+        }
+        if path.is_empty() {
+            path.push(NodeKind::NoFrames);
         }
         tree.add(&path, g);
-        lines.entry(site_name(snap, stack)).or_default().add(g.weight, g.count, g.largest);
+        lines.entry(names.get(snap, charge)).or_default().add(g.weight, g.count, g.largest);
     }
     let mut lines: Vec<UserLine> = lines
         .into_iter()
-        .map(|(site, g)| UserLine { site, weight: g.weight, count: g.count, largest: g.largest.1 })
+        .map(|(site, g)| UserLine { site: site.to_string(), weight: g.weight, count: g.count, largest: g.largest.1 })
         .collect();
     let n_lines = lines.len();
     let heavier = |a: &UserLine, b: &UserLine| b.weight.cmp(&a.weight).then_with(|| a.site.cmp(&b.site));
@@ -220,6 +219,46 @@ pub fn flame(snap: &Snapshot, tl: &Timeline, q: &FlameQuery) -> Flame {
     }
     lines.sort_by(heavier);
     Flame { at, nodes: tree.preorder(q.min_share), lines, n_lines }
+}
+
+/// What the rows of stacks are made of, each decided once.
+#[derive(Default)]
+struct Rows {
+    python: FxHashMap<FrameId, bool>,
+    /// One operator per text: two stacks of the same op through other frames of it
+    /// (`::call`, `::redispatch`) share their row.
+    ops: FxHashMap<String, Operator>,
+}
+
+impl Rows {
+    /// The rows of a stack (`frames`, innermost first), outermost first: every frame with
+    /// `all_frames`; else its Python frames and, below the innermost, the operator that
+    /// allocated ([`sites::operator`] of the C++ frames under it), or the frame a call site
+    /// would fall back to when they name none (a C++ library's own allocation).
+    fn of(&mut self, snap: &Snapshot, frames: &[FrameId], all_frames: bool, path: &mut Vec<NodeKind>) {
+        if all_frames {
+            let valid = |f: &&FrameId| (f.0 as usize) < snap.frames.len();
+            path.extend(frames.iter().rev().filter(valid).map(|&f| NodeKind::Frame(f)));
+            return;
+        }
+        let python = &mut self.python;
+        let mut is_python = |f: FrameId| {
+            *python
+                .entry(f)
+                .or_insert_with(|| snap.frames.get(f.0 as usize).is_some_and(|fr| sites::is_python(snap, fr)))
+        };
+        let inner = frames.iter().position(|&f| is_python(f)).unwrap_or(frames.len());
+        for &f in frames[inner..].iter().rev() {
+            if is_python(f) {
+                path.push(NodeKind::Frame(f));
+            }
+        }
+        let cpp = &frames[..inner];
+        match sites::operator(snap, cpp) {
+            Some(o) => path.push(NodeKind::Op(*self.ops.entry(o.text(snap)).or_insert(o))),
+            None => path.extend(sites::fallback_frame(snap, cpp).map(NodeKind::Frame)),
+        }
+    }
 }
 
 /// A node while the tree grows.

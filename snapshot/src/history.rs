@@ -72,10 +72,16 @@ pub fn no_stack_cause(snap: &Snapshot, tl: &Timeline, e: &Element) -> Option<Str
         Origin::Snapshot => {
             "allocated before recording began: reconstructed from the final segments, which keep no stack for it".into()
         }
-        Origin::UnmatchedFree if rec.overflowed == Some(true) => {
-            format!("its allocation was evicted from the ring buffer ({kept}), and its free has no stack")
+        Origin::UnmatchedFree => {
+            let free = e.free_entry.and_then(|i| snap.trace(tl.device()).frames(i as usize));
+            let free_has = free.is_some_and(|s| !snap.stacks.get(s).is_empty());
+            let then = if free_has { "the stack shown is its free's" } else { "and its free has no stack" };
+            if rec.overflowed == Some(true) {
+                format!("its allocation was evicted from the ring buffer ({kept}); {then}")
+            } else {
+                format!("allocated before recording began, so its allocation has no stack; {then}")
+            }
         }
-        Origin::UnmatchedFree => "allocated before recording began, and its free has no stack".into(),
         Origin::Traced if frames.is_none() => {
             "the trace keeps no stacks: recorded with context=None or \"state\" (_record_memory_history's context)".into()
         }

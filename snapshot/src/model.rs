@@ -362,6 +362,12 @@ pub(crate) struct Tail {
     pub entries: Vec<Entry>,
     /// Addresses whose block events no longer matter.
     closed: rustc_hash::FxHashSet<u64>,
+    /// The stack of each live allocation's `alloc` so far: a range read sees every entry,
+    /// kept or not ([`Trace::follow`]).
+    live: rustc_hash::FxHashMap<u64, StackId>,
+    /// A block alive at the window's end and freed after it: its allocation's stack, which
+    /// the kept free does not carry (its own stack is where it went).
+    pub made: rustc_hash::FxHashMap<u64, StackId>,
 }
 
 impl Trace {
@@ -461,6 +467,11 @@ impl Trace {
                 let open = !t.closed.contains(&addr);
                 if open && e.action != Action::FreeRequested {
                     t.closed.insert(addr);
+                    if matches!(e.action, Action::Free | Action::FreeCompleted) {
+                        if let Some(&s) = t.live.get(&addr) {
+                            t.made.insert(addr, s);
+                        }
+                    }
                 }
                 open
             }
@@ -473,9 +484,27 @@ impl Trace {
         keep
     }
 
+    /// Any entry of a range read, once placed: the stacks of live allocations follow it, so
+    /// that a block alive at the window's end keeps its allocation's stack even when that
+    /// `alloc` was before the window. O(live allocations) of memory.
+    pub(crate) fn follow(&mut self, e: &Entry) {
+        let t = self.tail.get_or_insert_with(Box::default);
+        let Some(addr) = e.addr else { return };
+        match (e.action, e.frames) {
+            (Action::Alloc, Some(s)) => {
+                t.live.insert(addr, s);
+            }
+            (Action::Alloc | Action::Free | Action::FreeCompleted, _) => {
+                t.live.remove(&addr);
+            }
+            _ => {}
+        }
+    }
+
     /// The entries after a window of a range, taken out (empty for other reads).
     pub(crate) fn take_tail(&mut self) -> Option<Box<Tail>> {
-        let t = self.tail.take()?;
+        // Taken out whatever it holds: what `follow` kept goes with it.
+        let t = self.tail.take().filter(|t| t.seen > 0)?;
         self.after = t.seen;
         Some(t)
     }

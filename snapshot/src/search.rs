@@ -1,25 +1,29 @@
 //! Finding allocations: by stack-frame text (substring or regular expression), by an
 //! address inside them, or by their call site.
 
-use crate::diff::site_name;
+use rustc_hash::FxHashMap;
+
 use crate::frames::frame_text;
 use crate::labels::Labels;
 use crate::model::{Snapshot, StackId};
+use crate::sites::Charge;
 use crate::timeline::Timeline;
 
 /// What to look for.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Query {
-    /// Frames whose `filename:line:name` line, or the FX node and original code under it
-    /// ([`crate::frames::fx_lines`]), contains the text (case-insensitive); and allocations
-    /// whose label (an `annotate` entry, [`Labels`]) contains it.
+    /// Frames of an allocation's stack whose `filename:line:name` line, or the FX node and
+    /// original code under it ([`crate::frames::fx_lines`]), contains the text
+    /// (case-insensitive); and allocations whose label (an `annotate` entry, [`Labels`])
+    /// contains it.
     Substring(String),
     /// Frames whose line matches the regular expression.
     Regex(String),
     /// Elements whose `[addr, addr + size)` contains the address (hex with `0x`, or decimal).
     Address(String),
-    /// Elements whose call site (the first frame of the user's own code, keyed as the diff
-    /// keys them: [`site_name`]) is exactly this `file:line:name`.
+    /// Elements whose call site (the first frame of the user's own code in their
+    /// allocation's stack, keyed as the diff keys them: [`Charge::site`]) is exactly this
+    /// `file:line:name`.
     CallSite(String),
 }
 
@@ -81,7 +85,24 @@ pub fn find(snap: &Snapshot, tl: &Timeline, q: &Query) -> Result<Vec<u32>, Strin
                 .map(|(i, _)| i as u32)
                 .collect())
         }
-        Query::CallSite(site) => Ok(by_stack(&mut |stack| site_name(snap, stack) == *site)),
+        Query::CallSite(site) => {
+            // Decided once per charge: by stack id for the allocations' own stacks (a table
+            // lookup per element), by hash for those allocated before the recording, which are
+            // named by their free.
+            let mut of_stack: Vec<Option<bool>> = vec![None; snap.stacks.len()];
+            let mut others: FxHashMap<Charge, bool> = FxHashMap::default();
+            let mut hit = |c: Charge| match c {
+                Charge::Stack(s) if (s.0 as usize) < of_stack.len() => {
+                    *of_stack[s.0 as usize].get_or_insert_with(|| c.site(snap) == *site)
+                }
+                _ => *others.entry(c).or_insert_with(|| c.site(snap) == *site),
+            };
+            Ok((0u32..)
+                .zip(tl.elements())
+                .filter(|(_, e)| hit(Charge::of(snap, tl.device(), e)))
+                .map(|(i, _)| i)
+                .collect())
+        }
         Query::Substring(_) | Query::Regex(_) => {
             let Some(matches) = frame_matcher(q)? else { return Ok(Vec::new()) };
             let frame_hit: Vec<bool> = snap.frames.iter().map(|f| matches(&frame_text(snap, f))).collect();

@@ -1,17 +1,23 @@
 //! Call sites: the line of the user's code an allocation is charged to. One rule for every
 //! view that names one (the diff's call sites, the doctor's holders, the flame graph's lines
-//! of your code, the leak suspects, search by call site).
+//! of your code, the leak suspects, search by call site, the categories' evidence).
 //!
-//! - The first frame of the user's own code, innermost first.
+//! - An element is charged to its **allocation's** stack ([`Charge`]), never to its free's:
+//!   the frees after an out-of-memory error run while the exception unwinds, in whatever
+//!   thread let go of the tensors. A block allocated before the recording (no `alloc` entry)
+//!   is named for what is known of it: allocated before recording, and where it was freed.
+//! - In a stack, the first frame of the user's own code, innermost first.
 //! - A frame of compiled code (`<eval_with_key>.N`, an Inductor output file) that carries the
 //!   original model code (`fx_original_trace`, written by
 //!   `_snapshot(augment_with_fx_traces=True)`) is named by that code's innermost user line,
 //!   not by the generated file.
 //! - A stack with no Python frame (backward under `stacks="all"`: autograd's threads have
 //!   none) is named by its autograd node and the aten op that allocated
-//!   (`backward: SelectBackward0, aten::zeros`), never by an allocator or unwinder frame.
+//!   (`backward: SelectBackward0, aten::zeros`; [`autograd_node`] knows every node kind),
+//!   never by an allocator, unwinder or destructor frame.
 
 use crate::model::{Frame, FrameId, Snapshot, StackId};
+use crate::timeline::{Element, Origin};
 
 /// `file` as `/`-separated text contains `part` (or `\\`-separated: the replaced copy is made
 /// only for a file that has a backslash, since this runs per frame).
@@ -106,20 +112,52 @@ pub fn forward_site(text: &str) -> Option<String> {
     innermost_user_line(text).map(|t| format!("{}:{}:{}", t.file, t.line, t.name))
 }
 
-/// Frames PyTorch's allocator and unwinder add at the top of every C++ stack: never a site.
+/// Frames PyTorch's allocator and unwinder add at the top of every C++ stack, and the
+/// destructors that release a tensor's storage (the frames of a free): never a site.
 fn is_plumbing(name: &str, file: &str) -> bool {
     name.contains("CachingAllocator")
         || name.contains("unwind::unwind")
         || name.contains("CapturedTraceback")
         || name.contains("gather_with_cpp")
         || file.contains("CachingAllocator")
+        || is_release(name)
 }
 
-/// The autograd node a C++ frame runs (`torch::autograd::generated::SelectBackward0::apply`).
-fn autograd_node(name: &str) -> Option<&str> {
-    let rest = &name[name.find("torch::autograd::generated::")? + "torch::autograd::generated::".len()..];
-    let (node, after) = rest.split_once("::")?;
-    after.starts_with("apply").then_some(node)
+/// A destructor or the code that drops a tensor's storage (`c10::TensorImpl::~TensorImpl()`,
+/// `c10::intrusive_ptr<c10::StorageImpl, ...>::reset_not_null_`, `THPVariable_dealloc`).
+fn is_release(name: &str) -> bool {
+    name.contains("::~")
+        || name.starts_with('~')
+        || name.starts_with("c10::intrusive_ptr<")
+        || name.contains("reset_not_null_")
+        || name.contains("_dealloc(")
+        || name.contains("THPVariable_clear")
+}
+
+/// The autograd node a C++ frame runs, by its `apply`: `generated::SelectBackward0` (and
+/// every `...Backward0`, `...Backward1`), `AccumulateGrad`, `CopySlices`, `CopyBackwards`, a
+/// custom C++ function (`CppNode<MyFunction>`: `MyFunction`) or a Python one (`PyNode`).
+pub fn autograd_node(name: &str) -> Option<&str> {
+    const NS: &str = "torch::autograd::";
+    let rest = &name[name.find(NS)? + NS.len()..];
+    let head = rest.split('(').next()?;
+    let class = head.strip_suffix("::apply")?;
+    let class = class.strip_prefix("generated::").unwrap_or(class);
+    if let Some(inner) = class.strip_prefix("CppNode<").and_then(|c| c.strip_suffix('>')) {
+        return inner.rsplit("::").next().filter(|n| !n.is_empty());
+    }
+    let plain = !class.is_empty() && class.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    (plain && class != "Node").then_some(class)
+}
+
+/// A node as the user knows it: `AccumulateGrad` is where gradients are accumulated into
+/// `.grad`, `PyNode` a custom `autograd.Function` written in Python.
+pub fn node_text(node: &str) -> String {
+    match node {
+        "AccumulateGrad" => "gradient accumulation (AccumulateGrad)".into(),
+        "PyNode" => "custom Function (PyNode)".into(),
+        n => n.to_string(),
+    }
 }
 
 /// The aten op a C++ frame dispatches (`at::_ops::zeros::call`).
@@ -128,16 +166,76 @@ fn aten_op(name: &str) -> Option<&str> {
     rest.split_once("::").map(|(op, _)| op).filter(|op| !op.is_empty())
 }
 
+/// ATen's own `empty` functions, which code that bypasses the dispatcher calls directly
+/// (Inductor's generated code: `at::detail::empty_strided_cuda`): `empty_strided`, `empty`.
+fn aten_empty(name: &str) -> Option<&'static str> {
+    let rest = name[name.find("at::detail::")? + "at::detail::".len()..].trim_start_matches('_');
+    if rest.starts_with("empty_strided") {
+        Some("empty_strided")
+    } else if rest.starts_with("empty") {
+        Some("empty")
+    } else {
+        None
+    }
+}
+
+/// The op a frame names: a dispatched aten op, else one of ATen's `empty` functions.
+fn op_name(name: &str) -> Option<&str> {
+    aten_op(name).or_else(|| aten_empty(name))
+}
+
+/// A frame of autograd's engine (a backward pass's thread).
+fn is_engine(name: &str) -> bool {
+    name.contains("torch::autograd::Engine::")
+}
+
+/// The operator a run of C++ frames allocated in: its autograd node's frame and its aten op's
+/// (innermost first), `None` when it names neither.
+pub fn operator(snap: &Snapshot, frames: &[FrameId]) -> Option<Operator> {
+    let name = |id: &FrameId| snap.frames.get(id.0 as usize).map_or("", |f| snap.str(f.name));
+    let node = frames.iter().copied().find(|id| autograd_node(name(id)).is_some());
+    // A dispatched op wherever it is; ATen's `empty` functions sit below every one of them.
+    let op = (frames.iter().copied().find(|id| aten_op(name(id)).is_some()))
+        .or_else(|| frames.iter().copied().find(|id| aten_empty(name(id)).is_some()));
+    let backward = node.is_some() || frames.iter().any(|id| is_engine(name(id)));
+    (node.is_some() || op.is_some()).then_some(Operator { node, op, backward })
+}
+
+/// The operator that allocated: the frames that name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+pub struct Operator {
+    /// The frame of its autograd node (`...Backward0::apply`).
+    pub node: Option<FrameId>,
+    /// The frame of its aten op (`at::_ops::zeros::call`).
+    pub op: Option<FrameId>,
+    /// It ran in autograd's engine (a backward pass), with or without a node.
+    pub backward: bool,
+}
+
+impl Operator {
+    /// `backward: SelectBackward0, aten::zeros`, `backward: aten::sum`, `aten::zeros`.
+    pub fn text(&self, snap: &Snapshot) -> String {
+        let name = |id: Option<FrameId>| id.and_then(|id| snap.frames.get(id.0 as usize)).map(|f| snap.str(f.name));
+        let node = name(self.node).and_then(autograd_node).map(node_text);
+        let op = name(self.op).and_then(op_name);
+        let op = op.map(|o| format!("aten::{o}"));
+        let what = match (node, op) {
+            (Some(n), Some(o)) => format!("{n}, {o}"),
+            (Some(n), None) => n,
+            (None, Some(o)) => o,
+            (None, None) => String::new(),
+        };
+        if self.backward {
+            format!("backward: {what}")
+        } else {
+            what
+        }
+    }
+}
+
 /// A stack without Python frames named by its autograd node and aten op.
 fn cpp_site(snap: &Snapshot, stack: StackId) -> Option<String> {
-    let node = snap.stack(stack).find_map(|f| autograd_node(snap.str(f.name)));
-    let op = snap.stack(stack).find_map(|f| aten_op(snap.str(f.name)));
-    match (node, op) {
-        (Some(n), Some(o)) => Some(format!("backward: {n}, aten::{o}")),
-        (Some(n), None) => Some(format!("backward: {n}")),
-        (None, Some(o)) => Some(format!("aten::{o}")),
-        (None, None) => None,
-    }
+    operator(snap, snap.stacks.get(stack)).map(|o| o.text(snap))
 }
 
 /// The frame a stack is charged to: the first of the user's own code or of compiled code
@@ -149,13 +247,19 @@ pub fn call_site(snap: &Snapshot, stack: StackId) -> Option<FrameId> {
     ids.iter()
         .find(|id| !is_library(snap, frame(id)) || original_line(snap, frame(id)).is_some())
         .or_else(|| ids.iter().find(|id| is_py(snap.str(frame(id).filename))))
-        .or_else(|| {
-            ids.iter().find(|id| {
-                let f = frame(id);
-                !crate::frames::is_hidden(snap, f) && !is_plumbing(snap.str(f.name), snap.str(f.filename))
-            })
-        })
         .copied()
+        .or_else(|| fallback_frame(snap, ids))
+}
+
+/// The first of C++ `frames` (innermost first) that is neither hidden by PyTorch's filter nor
+/// the allocator's, the unwinder's or a destructor's: what names a C++ stack that has no
+/// autograd node or aten op.
+pub fn fallback_frame(snap: &Snapshot, frames: &[FrameId]) -> Option<FrameId> {
+    frames.iter().copied().find(|id| {
+        snap.frames
+            .get(id.0 as usize)
+            .is_some_and(|f| !crate::frames::is_hidden(snap, f) && !is_plumbing(snap.str(f.name), snap.str(f.filename)))
+    })
 }
 
 /// The call site an allocation of `stack` is keyed by: `file:line:name` of [`call_site`]'s
@@ -174,6 +278,90 @@ pub fn site_name(snap: &Snapshot, stack: Option<StackId>) -> String {
         }
     }
     crate::frames::frame_line(snap, f)
+}
+
+/// A frame of Python code: a `.py` file, or code Python made (`<eval_with_key>.3`, `<string>`).
+pub fn is_python(snap: &Snapshot, f: &Frame) -> bool {
+    let file = snap.str(f.filename);
+    is_py(file) || file.starts_with('<')
+}
+
+/// The innermost line of the user's own code in a stack (or of the original model code
+/// behind compiled code), `file:line:name`; `None` when the stack has none.
+pub fn user_line(snap: &Snapshot, stack: StackId) -> Option<String> {
+    let f = snap.stack(stack).find(|f| !is_library(snap, f) || original_line(snap, f).is_some())?;
+    Some(match original_line(snap, f) {
+        Some(t) => format!("{}:{}:{}", t.file, t.line, t.name),
+        None => crate::frames::frame_line(snap, f),
+    })
+}
+
+/// What an element of a timeline is charged to: its allocation's stack, never its free's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Charge {
+    /// The stack its allocation recorded (an `alloc` entry's, or a final block's `frames`,
+    /// which PyTorch takes at the allocation).
+    Stack(StackId),
+    /// Allocated in the trace, recorded without a stack.
+    NoStack,
+    /// Allocated before the recording, with no stack of its own: the stack of its free, when
+    /// the trace has one (where it went, not where it came from).
+    Before(Option<StackId>),
+}
+
+/// The words for a block allocated before the recording with no stack of its own.
+pub const BEFORE_RECORDING: &str = "allocated before recording";
+
+impl Charge {
+    /// The charge of `e`, an element of a timeline of `device`. A stack without frames is
+    /// none (PyTorch writes `frames: []` for a block it kept no context for).
+    pub fn of(snap: &Snapshot, device: usize, e: &Element) -> Charge {
+        match (e.stack.filter(|&s| !snap.stacks.get(s).is_empty()), e.origin) {
+            (Some(s), _) => Charge::Stack(s),
+            (None, Origin::Traced) => Charge::NoStack,
+            (None, Origin::UnmatchedFree | Origin::Snapshot) => {
+                let free = e.free_entry.and_then(|i| snap.trace(device).frames(i as usize));
+                Charge::Before(free.filter(|&s| !snap.stacks.get(s).is_empty()))
+            }
+        }
+    }
+
+    /// Its call site: [`site_name`] of its stack, `(no stack)`, or
+    /// `allocated before recording; freed at train.py:88:step` (where the free's stack names
+    /// a line of the user's code or an autograd node; just `allocated before recording`
+    /// otherwise).
+    pub fn site(self, snap: &Snapshot) -> String {
+        match self {
+            Charge::Stack(s) => site_name(snap, Some(s)),
+            Charge::NoStack => site_name(snap, None),
+            Charge::Before(free) => match free.and_then(|s| freed_at(snap, s)) {
+                Some(at) => format!("{BEFORE_RECORDING}; freed at {at}"),
+                None => BEFORE_RECORDING.into(),
+            },
+        }
+    }
+}
+
+/// Where a free's stack says a block went: the user's line, else the autograd node whose
+/// work let go of it.
+fn freed_at(snap: &Snapshot, stack: StackId) -> Option<String> {
+    user_line(snap, stack).or_else(|| {
+        let o = operator(snap, snap.stacks.get(stack))?;
+        o.node.map(|_| Operator { op: None, ..o }.text(snap))
+    })
+}
+
+/// [`Charge::site`] of many elements, each stack named once.
+#[derive(Default)]
+pub struct SiteNames {
+    names: rustc_hash::FxHashMap<Charge, std::rc::Rc<str>>,
+}
+
+impl SiteNames {
+    /// The call site of an element charged to `c`.
+    pub fn get(&mut self, snap: &Snapshot, c: Charge) -> std::rc::Rc<str> {
+        self.names.entry(c).or_insert_with(|| c.site(snap).into()).clone()
+    }
 }
 
 #[cfg(test)]
@@ -224,8 +412,87 @@ mod tests {
         let ids: Vec<_> = names.iter().map(|(n, f)| s.add_frame(n, f, 0)).collect();
         let st = s.add_stack(&ids);
         assert_eq!(site_name(&s, Some(st)), "backward: SelectBackward0, aten::zeros");
+        // ATen's `empty` called without the dispatcher (Inductor's generated code).
         let alloc_only = s.add_stack(&ids[..3]);
-        assert_eq!(site_name(&s, Some(alloc_only)), "??:0:at::detail::empty_cuda(c10::ArrayRef<long>)");
+        assert_eq!(site_name(&s, Some(alloc_only)), "aten::empty");
+        // Only the allocator's and the unwinder's frames: nothing names it.
+        let plumbing = s.add_stack(&ids[..2]);
+        assert_eq!(site_name(&s, Some(plumbing)), "(no frames)");
+        // In autograd's engine without a node (outputs reduced between two nodes).
+        let between = s.add_stack(&[ids[0], ids[1], ids[3], ids[5]]);
+        assert_eq!(site_name(&s, Some(between)), "backward: aten::zeros");
         assert_eq!(site_name(&s, None), "(no stack)");
+    }
+
+    #[test]
+    fn every_autograd_node_is_named() {
+        let node = |n: &str| autograd_node(n).map(node_text);
+        let apply = "::apply(std::vector<at::Tensor, std::allocator<at::Tensor> >&&)";
+        assert_eq!(
+            node(&format!("torch::autograd::AccumulateGrad{apply}")).unwrap(),
+            "gradient accumulation (AccumulateGrad)"
+        );
+        assert_eq!(node(&format!("torch::autograd::CopySlices{apply}")).unwrap(), "CopySlices");
+        assert_eq!(node(&format!("torch::autograd::CopyBackwards{apply}")).unwrap(), "CopyBackwards");
+        assert_eq!(node(&format!("torch::autograd::generated::MeanBackward1{apply}")).unwrap(), "MeanBackward1");
+        assert_eq!(node(&format!("torch::autograd::CppNode<my_ext::ScaleFunction>{apply}")).unwrap(), "ScaleFunction");
+        assert_eq!(node(&format!("torch::autograd::PyNode{apply}")).unwrap(), "custom Function (PyNode)");
+        // Not nodes: the engine, the generic call, the functional half of a generated node.
+        assert_eq!(node("torch::autograd::Node::operator()(std::vector<at::Tensor>&&)"), None);
+        assert_eq!(
+            node("torch::autograd::Engine::thread_main(std::shared_ptr<torch::autograd::GraphTask> const&)"),
+            None
+        );
+        assert_eq!(node("torch::autograd::generated::DivBackward0_apply_functional(std::vector<at::Tensor>&&)"), None);
+        assert_eq!(node("torch::autograd::VariableType::(anonymous namespace)::mul_Tensor(c10::DispatchKeySet)"), None);
+    }
+
+    #[test]
+    fn a_free_never_names_an_allocation() {
+        let mut s = Snapshot::default();
+        let unwind = s.add_frame("torch::unwind::unwind()", "??", 0);
+        let release = s.add_frame(
+            "c10::intrusive_ptr<c10::StorageImpl, c10::detail::intrusive_target_default_null_type<c10::StorageImpl> >::reset_not_null_(c10::StorageImpl*)",
+            "",
+            0,
+        );
+        let dtor = s.add_frame("c10::TensorImpl::~TensorImpl() [clone .localalias]", "TensorImpl.cpp", 0);
+        let acc = s.add_frame("torch::autograd::AccumulateGrad::apply(std::vector<at::Tensor>&&)", "??", 0);
+        let user = s.add_frame("step", "/home/u/train.py", 88);
+        // A destructor is never a call site.
+        let free = s.add_stack(&[unwind, release, dtor]);
+        assert_eq!(site_name(&s, Some(free)), "(no frames)");
+        // Allocated before the recording: named by where it went, the user's line or the node.
+        let mut e = Element {
+            addr: 0,
+            size: 8,
+            start: 0,
+            end: 1,
+            origin: Origin::UnmatchedFree,
+            alloc_entry: None,
+            free_entry: None,
+            stack: None,
+            segment: None,
+            order: 0,
+        };
+        assert_eq!(Charge::of(&s, 0, &e).site(&s), "allocated before recording");
+        let mut trace = crate::model::Trace::default();
+        for frames in [s.add_stack(&[unwind, release, dtor, user]), s.add_stack(&[unwind, release, dtor, acc])] {
+            let mut entry = crate::model::Entry::new(crate::model::Action::FreeCompleted, 0, 8, 0);
+            entry.frames = Some(frames);
+            trace.push(&entry);
+        }
+        s.device_traces = Some(vec![trace]);
+        e.free_entry = Some(0);
+        assert_eq!(Charge::of(&s, 0, &e).site(&s), "allocated before recording; freed at /home/u/train.py:88:step");
+        e.free_entry = Some(1);
+        assert_eq!(
+            Charge::of(&s, 0, &e).site(&s),
+            "allocated before recording; freed at backward: gradient accumulation (AccumulateGrad)"
+        );
+        // An allocation is charged to its own stack, whatever its free's.
+        e.stack = Some(s.add_stack(&[user]));
+        e.origin = Origin::Traced;
+        assert_eq!(Charge::of(&s, 0, &e).site(&s), "/home/u/train.py:88:step");
     }
 }

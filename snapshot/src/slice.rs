@@ -237,7 +237,13 @@ pub(crate) fn settle_tails(snap: &mut Snapshot) {
                 t.push(e);
             }
         }
-        let state = StateIndex::build(&after, d).state_after(&after, None);
+        let mut state = StateIndex::build(&after, d).state_after(&after, None);
+        // A block freed after the window was allocated before it: its stack is its alloc's.
+        for b in state.segments.iter_mut().flat_map(|s| &mut s.blocks).chain(&mut state.orphan_blocks) {
+            if b.stack.is_none() {
+                b.stack = tail.made.get(&b.address).copied();
+            }
+        }
         let t = snap.trace(d);
         let segments = segments_of(snap, d, &state, &allocated_in(t, 0..t.len()), types);
         snap.segments.retain(|s| s.device != d as i64);

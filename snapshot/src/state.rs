@@ -24,8 +24,24 @@ struct Blk {
     size: u64,
     requested: u64,
     pending: bool,
-    stack: Option<StackId>,
+    made: Made,
 }
+
+/// Where a live block's stack comes from. A block brought back by undoing its free has its
+/// allocation further back in the trace, met later by the backward replay: until then it is
+/// known by its free (the free's own stack is where it went, never its stack).
+#[derive(Clone, Copy, Debug)]
+enum Made {
+    /// A block of the final snapshot: its `frames`, taken by PyTorch at the allocation.
+    Final(Option<StackId>),
+    /// Undone from its free at this entry: its allocation is the `alloc` paired with it.
+    FreedAt(u32),
+}
+
+/// [`StateIndex::alloc_stack`] of a free no `alloc` before it pairs with.
+const UNPAIRED: u32 = u32::MAX;
+/// ... of a free whose `alloc` has no stack.
+const NO_STACK: u32 = u32::MAX - 1;
 
 #[derive(Clone, Debug, Default)]
 struct Live {
@@ -76,18 +92,25 @@ impl Live {
         }
     }
 
-    /// Undoes entry `i`: the state after it becomes the state before it.
-    fn undo(&mut self, t: &Trace, i: usize) {
+    /// Undoes entry `i`: the state after it becomes the state before it. Undoing an `alloc`
+    /// pairs it with the free that brought its block back, in `paired` (the allocation's
+    /// stack by the free's entry) when given.
+    fn undo(&mut self, t: &Trace, i: usize, paired: Option<&mut [u32]>) {
         let (addr, size) = (t.addr(i), t.size(i));
         match t.action(i) {
             Action::Alloc => {
                 if let Some(b) = self.blocks.remove(&addr) {
                     self.allocated -= b.requested;
+                    if let (Made::FreedAt(f), Some(paired)) = (b.made, paired) {
+                        if let Some(slot) = paired.get_mut(f as usize) {
+                            *slot = t.frames(i).map_or(NO_STACK, |s| s.0);
+                        }
+                    }
                 }
             }
             Action::Free | Action::FreeCompleted => {
                 let pending = t.action(i) == Action::FreeCompleted;
-                let b = Blk { size, requested: size, pending, stack: t.frames(i) };
+                let b = Blk { size, requested: size, pending, made: Made::FreedAt(i as u32) };
                 self.insert_block(addr, b);
             }
             Action::FreeRequested => {
@@ -155,6 +178,9 @@ pub struct StateIndex {
     /// `checkpoints[k]` is the state after entry `min((k + 1) * every, n) - 1`.
     checkpoints: Vec<Checkpoint>,
     initial: Checkpoint,
+    /// Per trace entry, for a free: the stack of the `alloc` it pairs with (`UNPAIRED`,
+    /// `NO_STACK`); 4 bytes an entry, so that every state names its blocks' allocations.
+    paired: Vec<u32>,
 }
 
 /// The allocator state at one point.
@@ -204,7 +230,8 @@ pub struct BlockView {
     pub requested_size: u64,
     /// Freed but waiting for another stream.
     pub pending_free: bool,
-    /// Allocation stack.
+    /// Its allocation's stack (never its free's): `None` when the allocation recorded none
+    /// or happened before the recording.
     pub stack: Option<StackId>,
 }
 
@@ -219,6 +246,8 @@ pub struct StateBuilder {
     /// The next entry to undo is `next - 1`.
     next: usize,
     checkpoints: Vec<Option<Checkpoint>>,
+    /// [`StateIndex::paired`] so far.
+    paired: Vec<u32>,
 }
 
 /// The allocator as the final snapshot of `device` leaves it.
@@ -238,7 +267,7 @@ fn final_state(snap: &Snapshot, device: usize) -> Live {
                 BlockState::ActivePendingFree => true,
                 _ => continue,
             };
-            let blk = Blk { size: b.size, requested: b.requested_bytes(), pending, stack: b.stack() };
+            let blk = Blk { size: b.size, requested: b.requested_bytes(), pending, made: Made::Final(b.stack()) };
             live.insert_block(addr, blk);
         }
     }
@@ -253,7 +282,7 @@ pub fn totals(snap: &Snapshot, device: usize) -> Vec<(u64, u64)> {
     let mut out = vec![(0, 0); t.len()];
     for i in (0..t.len()).rev() {
         out[i] = (live.reserved, live.allocated);
-        live.undo(t, i);
+        live.undo(t, i, None);
     }
     out
 }
@@ -270,6 +299,7 @@ impl StateBuilder {
             live: final_state(snap, device),
             next: n,
             checkpoints: vec![None; n.div_ceil(every)],
+            paired: vec![UNPAIRED; n],
         }
     }
 
@@ -284,7 +314,7 @@ impl StateBuilder {
                 self.checkpoints[i / self.every] = Some(self.live.checkpoint());
                 left = left.saturating_sub(self.live.segs.len() + self.live.blocks.len());
             }
-            self.live.undo(t, i);
+            self.live.undo(t, i, Some(&mut self.paired));
             self.next = i;
             left = left.saturating_sub(1);
         }
@@ -300,6 +330,7 @@ impl StateBuilder {
             every: self.every,
             checkpoints: self.checkpoints.into_iter().flatten().collect(),
             initial: self.live.checkpoint(),
+            paired: self.paired,
         }
     }
 }
@@ -329,12 +360,12 @@ impl StateIndex {
                 let cp_entry = ((k + 1) * self.every).min(self.n_entries) - 1;
                 let mut live = Live::restore(&self.checkpoints[k]);
                 for j in (i + 1..=cp_entry).rev() {
-                    live.undo(t, j);
+                    live.undo(t, j, None);
                 }
                 live
             }
         };
-        view(&live, entry.map(|i| i.min(self.n_entries.saturating_sub(1)) as u32))
+        self.view(&live, entry.map(|i| i.min(self.n_entries.saturating_sub(1)) as u32))
     }
 
     /// The states after each of `entries` (as [`StateIndex::state_after`] gives them), handed
@@ -357,7 +388,7 @@ impl StateIndex {
         let mut live: Option<(usize, usize, Live)> = None; // (interval, state after this entry, state)
         for (entry, k) in order {
             let Some(i) = entry else {
-                f(k, view(&Live::restore(&self.initial), None));
+                f(k, self.view(&Live::restore(&self.initial), None));
                 continue;
             };
             let interval = i / self.every;
@@ -369,49 +400,62 @@ impl StateIndex {
                 }
             };
             for j in (i + 1..=*at).rev() {
-                state.undo(t, j);
+                state.undo(t, j, None);
             }
             *at = i;
-            f(k, view(state, Some(i as u32)));
+            f(k, self.view(state, Some(i as u32)));
         }
     }
 }
 
-fn view(live: &Live, after_entry: Option<u32>) -> AllocatorState {
-    let mut segments: Vec<SegmentState> = live
-        .segs
-        .iter()
-        .map(|(&address, s)| SegmentState {
-            address,
-            size: s.size,
-            stream: s.stream,
-            pool: s.pool,
-            expandable: s.expandable,
-            blocks: Vec::new(),
-            internal_free_bytes: 0,
-            external_free_bytes: s.size,
-        })
-        .collect();
-    let mut orphan_blocks = Vec::new();
-    for (&address, b) in &live.blocks {
-        let bv =
-            BlockView { address, size: b.size, requested_size: b.requested, pending_free: b.pending, stack: b.stack };
-        let k = segments.partition_point(|s| s.address <= address);
-        match k.checked_sub(1).map(|k| &mut segments[k]) {
-            Some(s) if address < s.address.saturating_add(s.size) => {
-                s.internal_free_bytes += b.size.saturating_sub(b.requested);
-                s.external_free_bytes = s.external_free_bytes.saturating_sub(b.size);
-                s.blocks.push(bv);
-            }
-            _ => orphan_blocks.push(bv),
+impl StateIndex {
+    /// The stack of a block's allocation.
+    fn stack(&self, made: Made) -> Option<StackId> {
+        match made {
+            Made::Final(s) => s,
+            Made::FreedAt(f) => match self.paired.get(f as usize).copied() {
+                None | Some(UNPAIRED | NO_STACK) => None,
+                Some(s) => Some(StackId(s)),
+            },
         }
     }
-    AllocatorState {
-        after_entry,
-        reserved_bytes: live.reserved,
-        allocated_bytes: live.allocated,
-        segments,
-        orphan_blocks,
+
+    fn view(&self, live: &Live, after_entry: Option<u32>) -> AllocatorState {
+        let mut segments: Vec<SegmentState> = live
+            .segs
+            .iter()
+            .map(|(&address, s)| SegmentState {
+                address,
+                size: s.size,
+                stream: s.stream,
+                pool: s.pool,
+                expandable: s.expandable,
+                blocks: Vec::new(),
+                internal_free_bytes: 0,
+                external_free_bytes: s.size,
+            })
+            .collect();
+        let mut orphan_blocks = Vec::new();
+        for (&address, b) in &live.blocks {
+            let stack = self.stack(b.made);
+            let bv = BlockView { address, size: b.size, requested_size: b.requested, pending_free: b.pending, stack };
+            let k = segments.partition_point(|s| s.address <= address);
+            match k.checked_sub(1).map(|k| &mut segments[k]) {
+                Some(s) if address < s.address.saturating_add(s.size) => {
+                    s.internal_free_bytes += b.size.saturating_sub(b.requested);
+                    s.external_free_bytes = s.external_free_bytes.saturating_sub(b.size);
+                    s.blocks.push(bv);
+                }
+                _ => orphan_blocks.push(bv),
+            }
+        }
+        AllocatorState {
+            after_entry,
+            reserved_bytes: live.reserved,
+            allocated_bytes: live.allocated,
+            segments,
+            orphan_blocks,
+        }
     }
 }
 

@@ -251,7 +251,7 @@ impl Session {
                     "size": bytes(e.size),
                     "category": c.category.key(),
                     "why": c.why.describe(&rules),
-                    "site": snapshot::sites::site_name(snap, e.stack),
+                    "site": snapshot::sites::Charge::of(snap, d, e).site(snap),
                     "alloc_entry": e.alloc_entry,
                 })
             })
@@ -305,7 +305,7 @@ impl Session {
                     "size": bytes(e.size),
                     "steps": [e.start, e.end],
                     "category": dev.cats.class(i).category.key(),
-                    "site": snapshot::sites::site_name(snap, e.stack),
+                    "site": snapshot::sites::Charge::of(snap, d, e).site(snap),
                 })
             })
             .collect();

@@ -92,7 +92,7 @@ fn search_flags_frames_and_a_line_finds_its_allocations() {
 
     // A line's call-site search: its allocations over the whole trace, of which those alive
     // at the peak are the line's count; the frame of that line is flagged in the flame graph.
-    let line = v.lines.iter().find(|l| !l.site.starts_with('(')).unwrap().clone();
+    let line = v.lines.iter().find(|l| l.site.contains(".py:")).unwrap().clone();
     let q = Query::CallSite(line.site.clone());
     let Response::Search(r) = e.handle(Request::Search { doc, device: 0, kind: Kind::Blocks, query: q.clone() }) else {
         panic!()

@@ -389,6 +389,7 @@ impl Analysis {
                 (_, None) if e.origin == Origin::Snapshot => (Category::Parameter, Why::AliveThroughout),
                 (_, Some(Phase::Backward)) => (Category::Activation, Why::FreedInBackward),
                 (_, Some(Phase::Forward)) => (Category::Activation, Why::FreedInForward),
+                (_, Some(Phase::Optimizer)) => (Category::OptimizerState, Why::FreedInOptimizer),
                 _ => (Category::Unknown, Why::NoEvidence),
             },
             Some(Phase::Optimizer) if pf == Some(Phase::Optimizer) => (Category::Temporary, Why::OptimizerTemp),

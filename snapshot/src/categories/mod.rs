@@ -232,6 +232,8 @@ pub enum Why {
     FreedInBackward,
     /// Allocated before recording and freed during a forward pass.
     FreedInForward,
+    /// Allocated before recording and freed inside `optimizer.step`.
+    FreedInOptimizer,
     /// Alive from before the first forward pass to the end.
     AliveThroughout,
     /// Made in `optimizer.step` and alive after it.
@@ -294,6 +296,9 @@ impl Why {
             Why::FreedInBackward => "allocated before recording and freed in backward: activation",
             Why::FreedInForward => {
                 "allocated before recording and freed when a forward pass replaced it: the previous step's output (activation)"
+            }
+            Why::FreedInOptimizer => {
+                "allocated before recording and freed inside optimizer.step, which replaced it: the previous step's optimizer state"
             }
             Why::AliveThroughout => "alive from before the first forward pass to the end: parameter",
             Why::OptimizerKept => "made in optimizer.step and alive after it: optimizer state",

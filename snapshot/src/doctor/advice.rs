@@ -91,7 +91,7 @@ pub fn advise(c: &Context) -> Vec<Advice> {
             out.push(Advice {
                 setting: "expandable_segments:True".into(),
                 text: format!(
-                    "with expandable_segments:True the {} free in {} blocks of this pool ({} in whole {} pages) and the device's {} would map into one range of {}: the {} request {}",
+                    "the {} free in {} blocks of this pool ({} in whole {} pages) and the device's {} would map into one range of {}: the {} request {}",
                     s(pool_free),
                     gaps.len(),
                     s(pages),
@@ -141,7 +141,7 @@ pub fn advise(c: &Context) -> Vec<Advice> {
             out.push(Advice {
                 setting: format!("max_split_size_mb:{m_mb}"),
                 text: format!(
-                    "max_split_size_mb={m_mb} would stop splitting the {segs} segments over {m_mb} MiB that now hold {tensors} smaller tensors ({}) with {} free between them: kept whole, the largest would offer {} to the {} request, which {}",
+                    "blocks over {m_mb} MiB would no longer be split for smaller tensors: of the {segs} segments that now hold {tensors} of them ({}) with {} free between them, the largest kept whole would offer {} to the {} request, which {}",
                     s(small_bytes),
                     s(trapped),
                     s(biggest),
@@ -221,8 +221,7 @@ fn fitting_change(c: &Context) -> Option<Advice> {
     Some(Advice {
         setting: w.change.clone(),
         text: format!(
-            "{}: predicted peak {} (the run's {}); at this error it would need about {}, which fits in the {} the device had",
-            w.change,
+            "predicted peak {} (the run's {}); at this error it would need about {}, which fits in the {} the device had",
             s(w.predicted_peak_bytes),
             s(w.baseline_peak_bytes),
             s(need),

@@ -1,13 +1,14 @@
-//! Who holds the memory at one moment: bytes per category, and the call sites (the first frame
-//! of the user's own code) of the live blocks.
+//! Who holds the memory at one moment: bytes per category, and the call sites of the live
+//! allocations, each charged to its allocation's stack ([`Charge`], the rule the flame graph
+//! and the comparison of runs use too).
 
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::categories::{Categories, Category, CategoryBytes, Why, N};
-use crate::model::{Snapshot, StackId};
-use crate::state::BlockView;
-use crate::timeline::Timeline;
+use crate::model::Snapshot;
+use crate::sites::{Charge, SiteNames};
+use crate::timeline::{Origin, Timeline};
 
 /// How many call sites a report lists.
 pub const TOP_SITES: usize = 10;
@@ -15,7 +16,10 @@ pub const TOP_SITES: usize = 10;
 /// Live bytes of one call site.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Holder {
-    /// `filename:line:name` of the first frame of the user's code (`(no stack)` without one).
+    /// `filename:line:name` of the first frame of the user's code in the allocations' stack
+    /// ([`Charge::site`]: a C++ stack's node and op, `allocated before recording; freed at
+    /// ...`, `(no stack)`), or what the categories inferred of memory alive from before the
+    /// recording without a stack (`(no frames) optimizer state, inferred`).
     pub site: String,
     /// Requested bytes of its live blocks.
     pub bytes: u64,
@@ -23,44 +27,41 @@ pub struct Holder {
     pub count: u32,
 }
 
-/// The `TOP_SITES` largest call sites of `(stack, bytes)` pairs, largest first.
-pub fn top_sites(snap: &Snapshot, live: impl Iterator<Item = (Option<StackId>, u64)>) -> Vec<Holder> {
-    let mut by_stack: FxHashMap<Option<StackId>, (u64, u32)> = FxHashMap::default();
-    for (stack, bytes) in live {
-        let e = by_stack.entry(stack).or_default();
-        e.0 = e.0.saturating_add(bytes);
-        e.1 += 1;
+/// The elements of the blocks timeline `tl` alive once trace entry `entry` and everything
+/// before it happened (`None`: before the first entry): the allocator's live blocks then,
+/// pending frees included. O(k log n) for k of them.
+pub fn alive_after(tl: &Timeline, entry: Option<usize>) -> Vec<u32> {
+    let step = entry.map_or(0, |e| tl.step_of_entry(u32::try_from(e).unwrap_or(u32::MAX).saturating_add(1)));
+    match step {
+        0 => tl.initial_elements(),
+        k => tl.live_at(k - 1, 0),
     }
-    let mut by_site: FxHashMap<String, (u64, u32)> = FxHashMap::default();
-    for (stack, (bytes, count)) in by_stack {
-        let site = crate::diff::site_name(snap, stack);
-        let e = by_site.entry(site).or_default();
-        e.0 = e.0.saturating_add(bytes);
-        e.1 += count;
-    }
-    let mut v: Vec<Holder> = by_site.into_iter().map(|(site, (bytes, count))| Holder { site, bytes, count }).collect();
-    v.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.site.cmp(&b.site)));
-    v.truncate(TOP_SITES);
-    v
 }
 
-/// The `TOP_SITES` largest holders of live `blocks`: call sites, and for blocks without a line
-/// of their own that were alive from before the recording, what the categories made of them
-/// (`(no frames) optimizer state, inferred`).
-pub fn live<'a>(snap: &Snapshot, cats: &Categories, blocks: impl Iterator<Item = &'a BlockView>) -> Vec<Holder> {
-    let mut before: FxHashMap<&'static str, (u64, u32)> = FxHashMap::default();
-    let no_site = |s: Option<StackId>| s.is_none_or(|s| crate::sites::call_site(snap, s).is_none());
-    let rest = blocks.filter_map(|b| match cats.before_recording(b.address) {
-        Some(class) if no_site(b.stack) => {
-            let e = before.entry(before_recording_name(class.why)).or_default();
-            e.0 = e.0.saturating_add(b.requested_size);
-            e.1 += 1;
-            None
-        }
-        _ => Some((b.stack, b.requested_size)),
-    });
-    let mut v = top_sites(snap, rest);
-    v.extend(before.into_iter().map(|(site, (bytes, count))| Holder { site: site.into(), bytes, count }));
+/// The `TOP_SITES` largest holders among the elements `ids` of `tl`, largest first (ties by
+/// name). Memory alive from before the recording to its end with no stack is named by what
+/// the categories made of it (`(no frames) optimizer state, inferred`).
+pub fn live(snap: &Snapshot, tl: &Timeline, cats: &Categories, ids: &[u32]) -> Vec<Holder> {
+    let els = tl.elements();
+    let mut names = SiteNames::default();
+    let mut by_site: FxHashMap<std::rc::Rc<str>, (u64, u32)> = FxHashMap::default();
+    for &id in ids {
+        let Some(e) = els.get(id as usize) else { continue };
+        let charge = Charge::of(snap, tl.device(), e);
+        let inferred = match charge {
+            Charge::Before(_) if e.origin == Origin::Snapshot => cats.before_recording(e.addr),
+            _ => None,
+        };
+        let site = match inferred {
+            Some(class) => before_recording_name(class.why).into(),
+            None => names.get(snap, charge),
+        };
+        let slot = by_site.entry(site).or_default();
+        slot.0 = slot.0.saturating_add(e.size);
+        slot.1 = slot.1.saturating_add(1);
+    }
+    let mut v: Vec<Holder> =
+        by_site.into_iter().map(|(site, (bytes, count))| Holder { site: site.to_string(), bytes, count }).collect();
     v.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.site.cmp(&b.site)));
     v.truncate(TOP_SITES);
     v

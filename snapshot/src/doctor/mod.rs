@@ -4,8 +4,8 @@
 //! [`StateIndex`], all the events of a device in one backward pass per checkpoint interval) gives
 //! the figures ([`figures`]), the verdict ([`verdict`]), who holds the memory ([`holders`]) and
 //! advice with predicted effects ([`advice`]); [`whatif`] predicts the peak under changes of the
-//! training setup. Without an `oom` event the report gives the headroom at the peak and reads
-//! the final state as a snapshot dumped at an error. Plain functions over plain data: every
+//! training setup. Without an `oom` event the report gives the headroom at the peak, the
+//! final state, and what an error there was for a snapshot dumped at one. Plain functions over plain data: every
 //! result is serializable, and [`diagnose_ooms`] answers any chosen events without a pass over
 //! the whole trace (the viewer asks for one OOM at a time). `docs/doctor.md` explains the rules.
 
@@ -110,13 +110,18 @@ pub struct Peak {
     pub holders: Vec<Holder>,
 }
 
-/// The final state read as a snapshot dumped at an error (files with no `oom` event, such
-/// as `_dump_snapshot` in an `except torch.cuda.OutOfMemoryError`).
+/// The final state of a file with no `oom` event: what the cache holds, and what an error
+/// there was for a snapshot dumped at one without that event (`_dump_snapshot` in an
+/// `except torch.cuda.OutOfMemoryError`, an OOM observer). A run that ended well is not read
+/// as a failure: the verdict is conditional, and says so.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AtEnd {
     /// The figures of the final state.
     pub figures: Figures,
-    /// What an error there would have been (`None`: the figures cannot tell).
+    /// The final state in one sentence: reserved, free in the cache, in how many blocks.
+    pub state: String,
+    /// What an error there was, were the snapshot dumped at one (`None`: the figures cannot
+    /// tell).
     pub verdict: Option<Verdict>,
     /// Why, in one sentence.
     pub why: String,
@@ -187,7 +192,7 @@ pub fn diagnose(snap: &Snapshot, tl: &Timeline, cats: &Categories, index: &State
         .collect();
     let (at_peak, at_end_state) = (at_peak.unwrap_or_default(), at_end_state.unwrap_or_default());
     let peak = peak(snap, tl, cats, &ooms, peak_entry, &at_peak);
-    let at_end = ooms.is_empty().then(|| at_end(snap, cats, &settings, &at_end_state));
+    let at_end = ooms.is_empty().then(|| at_end(snap, tl, cats, &settings, &at_end_state));
     Report { device: device as u32, ooms, peak, at_end, what_if, settings }
 }
 
@@ -285,7 +290,7 @@ fn oom(
         phase,
         what_if,
     });
-    let holders = live_holders(snap, cats, state);
+    let holders = holders::live(snap, tl, cats, &holders::alive_after(tl, entry.checked_sub(1)));
     Oom {
         device: device as u32,
         entry: entry as u32,
@@ -313,9 +318,12 @@ fn oom(
     }
 }
 
-fn live_holders(snap: &Snapshot, cats: &Categories, state: &AllocatorState) -> Vec<Holder> {
-    let blocks = state.segments.iter().flat_map(|s| &s.blocks).chain(&state.orphan_blocks);
-    holders::live(snap, cats, blocks)
+/// The elements alive at the peak of `tl` (before the first step when that is the highest).
+fn peak_elements(tl: &Timeline) -> Vec<u32> {
+    match crate::flame::peak(tl) {
+        crate::flame::At::Step(s) => tl.live_at(s, 0),
+        _ => tl.initial_elements(),
+    }
 }
 
 fn peak(
@@ -346,27 +354,34 @@ fn peak(
         headroom_bytes: capacity
             .map(|c| (i128::from(c) - i128::from(peak_bytes)).clamp(i64::MIN.into(), i64::MAX.into()) as i64),
         categories: holders::category_list(&cats.at_peak),
-        holders: live_holders(snap, cats, state),
+        holders: holders::live(snap, tl, cats, &peak_elements(tl)),
     }
 }
 
-fn at_end(snap: &Snapshot, cats: &Categories, settings: &Settings, state: &AllocatorState) -> AtEnd {
+fn at_end(snap: &Snapshot, tl: &Timeline, cats: &Categories, settings: &Settings, state: &AllocatorState) -> AtEnd {
     let layout = figures::layout(state, settings);
     let f = layout.figures(state);
     let s = |b: u64| format_size(i128::from(b));
     let share = if f.reserved_bytes == 0 { 0.0 } else { f.cached_free_bytes as f64 / f.reserved_bytes as f64 };
+    let described = if f.reserved_bytes == 0 {
+        "nothing is reserved at the end".to_string()
+    } else {
+        format!(
+            "{} reserved at the end, {} of it free in the cache ({:.2}%) in {} blocks, the largest {}",
+            s(f.reserved_bytes),
+            s(f.cached_free_bytes),
+            100.0 * share,
+            f.free_blocks,
+            s(f.largest_free_block_any_bytes)
+        )
+    };
     let (verdict, why) = if f.reserved_bytes == 0 {
-        (None, "nothing is reserved at the end".to_string())
+        (None, "with nothing reserved there was nothing to run out of".to_string())
     } else if share < 0.01 {
         (
             Some(Verdict::Exhausted),
             format!(
-                "the cache holds only {} free ({:.2}% of the {} reserved) in {} blocks, the largest {}: live memory fills what was reserved, so any request above {} needed new device memory; an error here was exhaustion, not fragmentation",
-                s(f.cached_free_bytes),
-                100.0 * share,
-                s(f.reserved_bytes),
-                f.free_blocks,
-                s(f.largest_free_block_any_bytes),
+                "live memory fills what was reserved, so any request above {} needed new device memory: an error there was exhaustion, not fragmentation",
                 s(f.cached_free_bytes)
             ),
         )
@@ -374,30 +389,21 @@ fn at_end(snap: &Snapshot, cats: &Categories, settings: &Settings, state: &Alloc
         (
             Some(Verdict::Fragmentation),
             format!(
-                "the cache holds {} free ({:.0}% of the {} reserved) but its largest free block is {}: a request between the two fails for fragmentation",
-                s(f.cached_free_bytes),
-                100.0 * share,
-                s(f.reserved_bytes),
-                s(f.largest_free_block_any_bytes)
+                "a request between {} and {} finds enough free bytes in the cache but no block to hold it, so it needs new device memory: on a full device, an error there was fragmentation",
+                s(f.largest_free_block_any_bytes),
+                s(f.cached_free_bytes)
             ),
         )
     } else {
-        (
-            None,
-            format!(
-                "the cache holds {} free ({:.1}% of the {} reserved), the largest block {}: without the request's size the figures cannot tell",
-                s(f.cached_free_bytes),
-                100.0 * share,
-                s(f.reserved_bytes),
-                s(f.largest_free_block_any_bytes)
-            ),
-        )
+        (None, "without the request's size the figures cannot tell what an error there was".to_string())
     };
+    let alive = holders::alive_after(tl, snap.trace(tl.device()).len().checked_sub(1));
     AtEnd {
         figures: f,
+        state: described,
         verdict,
         why,
-        assumption: "the trace has no oom event: the final state is read as a snapshot dumped when an allocation failed (under 1% of reserved free in the cache: exhausted; over 10% free with no block half that size: fragmentation)".into(),
-        holders: live_holders(snap, cats, state),
+        assumption: "the trace has no oom event, so nothing failed in it; the verdict is what an error at the end was, for snapshots dumped at one without an oom event (an OOM observer, `_dump_snapshot` in an `except torch.cuda.OutOfMemoryError`, a ring buffer of one entry): under 1% of reserved free in the cache, exhausted; over 10% free with no block half that size, fragmentation".into(),
+        holders: holders::live(snap, tl, cats, &alive),
     }
 }

@@ -1780,12 +1780,16 @@ fn push_row(l: &mut Obj, e: &Entry, size_hint: Option<u64>, reserved: &mut u64, 
         let at = rows.dropped() + rows.len() as u64 + rows.tail_len();
         if at < start {
             rows.skip_front();
+            rows.follow(e);
             return 1;
         }
         if at >= end {
             // Kept in the tail, it still counts against the memory limit.
-            return u64::from(!rows.push_tail(e));
+            let kept = rows.push_tail(e);
+            rows.follow(e);
+            return u64::from(!kept);
         }
+        rows.follow(e);
     }
     let mut dropped = 0;
     if let (Some(n), Some(most)) = (limits.keep_last_entries, window) {

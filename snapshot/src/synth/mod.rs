@@ -61,6 +61,12 @@ pub struct Options {
     /// At the end of every forward pass, try an allocation of the whole device (an `oom`
     /// event the program survives): many errors, each in a state made by the trace.
     pub oom_every_iteration: bool,
+    /// End with an out-of-memory error raised inside a worker thread, as `nn.DataParallel`'s
+    /// `parallel_apply` runs each replica: one more forward pass on that thread (its
+    /// activations made by the model's code, stacks running through the worker), the request
+    /// that fails, then the exception unwinding, which frees every activation of that pass with
+    /// the worker's own (library) frames.
+    pub oom_in_worker: bool,
     /// Activation checkpointing per layer: a layer keeps only its first activation through the
     /// forward pass and makes the others again in backward.
     pub checkpointing: bool,
@@ -193,6 +199,7 @@ impl Default for Options {
             extra_activation_bytes: 0,
             fragmentation_oom: false,
             oom_every_iteration: false,
+            oom_in_worker: false,
             checkpointing: false,
             bf16_activations: false,
             optimizer: OptimizerKind::AdamW,
@@ -577,12 +584,16 @@ struct Sites {
     bwd_temp: StackId,
     leak: StackId,
     extra: StackId,
+    /// A replica's activations in a worker thread of `parallel_apply`, per layer.
+    worker_act: Vec<StackId>,
     /// Where frees happen.
     in_forward: StackId,
     in_backward: StackId,
     in_zero_grad: StackId,
     in_step: StackId,
     in_loop: StackId,
+    /// The worker thread of `parallel_apply`, unwinding an exception.
+    in_worker: StackId,
 }
 
 fn sites(snap: &mut Snapshot, layers: usize, shared: bool) -> Sites {
@@ -670,6 +681,24 @@ fn sites(snap: &mut Snapshot, layers: usize, shared: bool) -> Sites {
     let in_zero_grad = p.stack(&[zg, step, train, main]);
     let in_step = p.stack(&[adamw, opt_step, step, train, main]);
     let in_loop = p.stack(&[step, train, main]);
+    // `nn.DataParallel`: each replica's forward runs in a thread of `parallel_apply`.
+    let threading = "/usr/lib/python3.11/threading.py";
+    let thread = [
+        p.frame("/usr/lib/python3.11/site-packages/torch/nn/parallel/parallel_apply.py", 83, "_worker"),
+        p.frame(threading, 1012, "run"),
+        p.frame(threading, 1075, "_bootstrap_inner"),
+        p.frame(threading, 1032, "_bootstrap"),
+    ];
+    let unwinding = p.frame("/usr/lib/python3.11/site-packages/torch/nn/parallel/parallel_apply.py", 103, "_worker");
+    let in_worker = p.stack(&[unwinding, thread[1], thread[2], thread[3]]);
+    let worker_act = (0..layers.max(1))
+        .map(|l| {
+            let layer = p.frame("models.py", 120 + (l % 3) as i64, "Block.forward");
+            let mut s = vec![cpp[0], cpp[1], cpp[2], op_frames[0], cpp[3], layer, call, wcall, model_fwd, call, wcall];
+            s.extend_from_slice(&thread);
+            p.stack(&s)
+        })
+        .collect();
     Sites {
         empty,
         param,
@@ -688,6 +717,8 @@ fn sites(snap: &mut Snapshot, layers: usize, shared: bool) -> Sites {
         in_zero_grad,
         in_step,
         in_loop,
+        worker_act,
+        in_worker,
     }
 }
 

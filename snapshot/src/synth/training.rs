@@ -295,6 +295,29 @@ impl<'a> Training<'a> {
         if opts.fragmentation_oom {
             fragment(a, sites, rng);
         }
+        if opts.oom_in_worker {
+            self.oom_in_worker(a, rng);
+        }
+    }
+
+    /// A replica's forward pass in a worker thread, an allocation of the whole device that
+    /// fails in it, and the exception unwinding through the worker, which lets go of what the
+    /// pass made (frees whose stacks are the worker's frames only).
+    fn oom_in_worker(&self, a: &mut Allocator, rng: &mut Rng) {
+        let sites = self.sites;
+        let mut made = Vec::new();
+        for &site in &sites.worker_act {
+            for k in 0..3u64 {
+                if let Some(x) = a.malloc(self.act_bytes * (1 + k % 2), site, Category::Activation, rng) {
+                    made.push(x);
+                }
+            }
+        }
+        a.malloc(self.opts.capacity_bytes, sites.worker_act[0], Category::Activation, rng);
+        a.context = Some(sites.in_worker);
+        for x in made.into_iter().rev() {
+            a.free(x, false, rng);
+        }
     }
 
     /// A planted allocation or free: its own randomness, its entries not counted against the

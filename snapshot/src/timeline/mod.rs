@@ -55,7 +55,9 @@ pub struct Element {
     pub alloc_entry: Option<u32>,
     /// Trace entry of its free.
     pub free_entry: Option<u32>,
-    /// Its stack (for unmatched frees: the free's stack).
+    /// Its allocation's stack: the `alloc` entry's, or the final block's `frames`. `None` for
+    /// an unmatched free (the free's stack, `free_entry`'s, is where it went, not where it was
+    /// made; `sites::Charge` is the one rule for what an element is charged to).
     pub stack: Option<StackId>,
     /// For snapshot elements: the index of its segment in [`Snapshot::segments`].
     pub segment: Option<u32>,

@@ -100,17 +100,11 @@ impl Paired {
     }
 
     /// A free at trace entry `entry` with no recorded allocation: an element alive from the
-    /// start until the current step, with the free's address, size and stack.
+    /// start until the current step, with the free's address and size. It has no stack: the
+    /// free's is where it went, not where it was made (`sites::Charge::Before` names it).
     fn unmatched_free(&mut self, trace: &Trace, entry: usize) {
-        let mut e = element(
-            trace.addr(entry),
-            trace.size(entry),
-            0,
-            Origin::UnmatchedFree,
-            None,
-            Some(entry as u32),
-            trace.frames(entry),
-        );
+        let mut e =
+            element(trace.addr(entry), trace.size(entry), 0, Origin::UnmatchedFree, None, Some(entry as u32), None);
         e.end = self.step();
         self.initial.push(self.elements.len() as u32);
         self.elements.push(e);

@@ -6,6 +6,7 @@ mod categories;
 mod corpus;
 mod doctor;
 mod flame;
+mod holders;
 mod modern;
 mod persistent;
 mod pools;
