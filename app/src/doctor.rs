@@ -273,7 +273,7 @@ fn PeakPanel(r: Report) -> impl IntoView {
     let p = r.peak;
     view! {
         <section id="peak-health" data-peak=p.peak_bytes.to_string()>
-            <h2>{format!("No out-of-memory error on cuda:{}", p.device)}</h2>
+            <h2>{format!("No out-of-memory error recorded on cuda:{}", p.device)}</h2>
             <p id="headroom" data-headroom=p.headroom_bytes.map_or("null".to_string(), |h| h.to_string())>
                 {match (p.capacity_bytes, p.headroom_bytes) {
                     (Some(c), Some(h)) => format!("Peak {} of {} ({}): {} {}.", bytes_text(p.peak_bytes), bytes_text(c),
@@ -282,7 +282,9 @@ fn PeakPanel(r: Report) -> impl IntoView {
                 }}
             </p>
             {r.at_end.map(|e| view! {
-                <p id="at-end" data-verdict=e.verdict.map_or("none", |v| v.key())>{format!("At the end of the trace: {}. Were it dumped at an out-of-memory error: {} ({})", e.state, e.why, e.assumption)}</p>
+                <p id="at-end" data-verdict=e.verdict.map_or("none", |v| v.key())>{format!("At the end of the trace: {}.", e.state)}</p>
+                <p id="at-end-if">{format!("If it was dumped at an out-of-memory error: {}, {}.", e.verdict.map_or("undecided", |v| v.label()), e.why)}</p>
+                <p class="hint">{format!("Why \"if\": {}.", e.assumption)}</p>
             })}
             <Holders holders=p.holders/>
         </section>

@@ -134,10 +134,10 @@ fn print_doctor(out: &mut impl std::io::Write, r: &snapshot::doctor::Report) -> 
         }
     }
     if let Some(e) = &r.at_end {
-        writeln!(out, "\nno oom event in the trace; at the end: {}", e.state)?;
+        writeln!(out, "\nno oom event in the trace; at its end: {}", e.state)?;
         writeln!(
             out,
-            "  were it dumped at an out-of-memory error: {}: {}",
+            "  if it was dumped at an out-of-memory error: {}: {}",
             e.verdict.map_or("undecided", |v| v.label()),
             e.why
         )?;

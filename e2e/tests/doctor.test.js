@@ -104,9 +104,11 @@ test('a file without an OOM: no banner, and the doctor shows its peak', async ()
     'what was allocated before the recording is named by where it went');
   // A run that ended well is not described as a failure.
   const atEnd = await page.locator('#at-end').textContent();
-  assert.match(atEnd, /^At the end of the trace: [\d.]+GiB reserved at the end, [\d.]+GiB of it free in the cache/);
-  assert.match(atEnd, /Were it dumped at an out-of-memory error: /);
-  assert.doesNotMatch(atEnd, /fails for fragmentation|dumped when an allocation failed/);
+  assert.match(atEnd, /^At the end of the trace: [\d.]+GiB reserved, [\d.]+GiB of it free in the cache \([\d.]+%\) in \d+ blocks/);
+  const ifError = await page.locator('#at-end-if').textContent();
+  assert.match(ifError, /^If it was dumped at an out-of-memory error: fragmentation, a request between /);
+  const panel = await page.locator('#peak-health').textContent();
+  assert.doesNotMatch(panel, /fails for fragmentation|dumped when an allocation failed/);
   await shot(page, '12-doctor-peak', { fullPage: true });
   await page.click('#mode-timeline');
 });

@@ -119,11 +119,19 @@ test('without all frames, rows are the Python frames and the operator that alloc
   // The names of every box drawn (data-names: flame.rs), at the peak.
   const names = () => page.evaluate(() => document.querySelector('#flame').dataset.names.split('\n'));
   const plumbing = /_PyEval|PyObject_|_PyRun|Py_BytesMain|Py_RunMain|PyMethod_New|PyType_GetModule|__libc|_start$|c10::impl::|c10::Dispatcher|CachingAllocator|unwind::unwind|CapturedTraceback|::~|wrap_kernel_functor/;
+  const at = await shown();
   const plain = await names();
   assert.deepEqual(plain.filter(n => plumbing.test(n)), [], 'no interpreter, dispatcher, allocator or unwinder row');
-  assert.ok(plain.some(n => /^backward: \w+Backward\d, aten::\w+$/.test(n)), 'a backward allocation\'s node and op, one row');
   assert.ok(plain.some(n => /^aten::\w+$/.test(n)), 'a forward allocation\'s op under its line');
   assert.ok(plain.includes('run_benchmark_with_nvtx'), 'the user\'s frames');
+  // Over the whole trace, backward's allocations too: its node and op, one row.
+  await page.check('#flame-lifetime');
+  await until({ textStarts: 'bytes × lifetime' }, 'the lifetime mode');
+  const window = await names();
+  assert.deepEqual(window.filter(n => plumbing.test(n)), [], 'no plumbing over the window');
+  assert.ok(window.some(n => /^backward: \w+Backward\d, aten::\w+$/.test(n)), 'a backward allocation\'s node and op, one row');
+  await page.uncheck('#flame-lifetime');
+  await until({ bytes: at.bytes }, 'back to the peak');
   await page.check('#flame-all-frames');
   await page.waitForFunction(() => /_PyEval_EvalFrameDefault/.test(document.querySelector('#flame').dataset.names ?? ''), null, { timeout: 30000 });
   const all = await names();

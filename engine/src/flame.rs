@@ -52,7 +52,7 @@ pub(crate) fn view(
         .iter()
         .map(|n| {
             let frame = match n.kind {
-                NodeKind::Frame(id) => snap.frames.get(id.0 as usize),
+                NodeKind::Frame(id) | NodeKind::FreedAt(id) => snap.frames.get(id.0 as usize),
                 _ => None,
             };
             let name = match (n.kind, frame) {
@@ -62,7 +62,8 @@ pub(crate) fn view(
                 (NodeKind::BeforeRecording, _) => "(allocated before recording)".to_string(),
                 (NodeKind::Op(o), _) => o.text(snap),
                 (NodeKind::Frame(_), Some(fr)) => snap.str(fr.name).to_string(),
-                (NodeKind::Frame(_), None) => "?".to_string(),
+                (NodeKind::FreedAt(_), Some(fr)) => format!("freed at {}", snap.str(fr.name)),
+                (NodeKind::Frame(_) | NodeKind::FreedAt(_), None) => "?".to_string(),
             };
             let hit = match (n.kind, matches.as_ref()) {
                 (NodeKind::Frame(_), Some(m)) => frame.is_some_and(|fr| m(&frame_text(snap, fr))),

@@ -11,8 +11,8 @@
 //! autograd node or aten op, [`Operator`]), the interpreter's, dispatcher's, allocator's and
 //! unwinder's frames hidden; a stack without Python frames is that one row. An element
 //! allocated without a stack sits under `(no stack recorded)`, one allocated before the
-//! recording under `(allocated before recording)`, one whose frames all go under `(no
-//! frames)`. The lines of code are keyed as the diff keys call sites ([`Charge::site`]).
+//! recording under `(allocated before recording)` (and under it the user's line where its
+//! free says it went, when it does), one whose frames all go under `(no frames)`. The lines of code are keyed as the diff keys call sites ([`Charge::site`]).
 
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
@@ -67,6 +67,9 @@ pub enum NodeKind {
     NoStack,
     /// Elements allocated before the recording, with no stack of their own.
     BeforeRecording,
+    /// Under [`NodeKind::BeforeRecording`]: those whose free's stack names this frame of the
+    /// user's code (where they went).
+    FreedAt(FrameId),
     /// Elements whose stack has no frame left once filtered (or none at all).
     NoFrames,
 }
@@ -196,7 +199,10 @@ pub fn flame(snap: &Snapshot, tl: &Timeline, q: &FlameQuery) -> Flame {
         path.clear();
         match charge {
             Charge::NoStack => path.push(NodeKind::NoStack),
-            Charge::Before(_) => path.push(NodeKind::BeforeRecording),
+            Charge::Before(free) => {
+                path.push(NodeKind::BeforeRecording);
+                path.extend(free.and_then(|s| sites::user_frame(snap, s)).map(NodeKind::FreedAt));
+            }
             Charge::Stack(s) => rows.of(snap, snap.stacks.get(s), q.all_frames, &mut path),
         }
         if path.is_empty() {

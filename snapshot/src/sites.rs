@@ -286,10 +286,21 @@ pub fn is_python(snap: &Snapshot, f: &Frame) -> bool {
     is_py(file) || file.starts_with('<')
 }
 
+/// The innermost frame of the user's own code in a stack (or of compiled code that carries
+/// the original model code).
+pub fn user_frame(snap: &Snapshot, stack: StackId) -> Option<FrameId> {
+    let frame = |id: &&FrameId| snap.frames.get(id.0 as usize);
+    snap.stacks
+        .get(stack)
+        .iter()
+        .find(|id| frame(id).is_some_and(|f| !is_library(snap, f) || original_line(snap, f).is_some()))
+        .copied()
+}
+
 /// The innermost line of the user's own code in a stack (or of the original model code
 /// behind compiled code), `file:line:name`; `None` when the stack has none.
 pub fn user_line(snap: &Snapshot, stack: StackId) -> Option<String> {
-    let f = snap.stack(stack).find(|f| !is_library(snap, f) || original_line(snap, f).is_some())?;
+    let f = &snap.frames[user_frame(snap, stack)?.0 as usize];
     Some(match original_line(snap, f) {
         Some(t) => format!("{}:{}:{}", t.file, t.line, t.name),
         None => crate::frames::frame_line(snap, f),

@@ -38,10 +38,81 @@ enum Made {
     FreedAt(u32),
 }
 
-/// [`StateIndex::alloc_stack`] of a free no `alloc` before it pairs with.
+/// [`Pairs`]' value of a free no `alloc` before it pairs with.
 const UNPAIRED: u32 = u32::MAX;
 /// ... of a free whose `alloc` has no stack.
 const NO_STACK: u32 = u32::MAX - 1;
+
+/// Entries per count of [`Pairs::after`].
+const RANK_BLOCK: usize = 512;
+
+/// The stack of the `alloc` each free (`free`, `free_completed`) pairs with, filled by the
+/// backward replay: a value per free, found by its rank among the frees after it (a bit per
+/// entry marks the frees, a count per 512 entries says how many are after the block), about
+/// 1.5 bytes an entry where a value per entry would take 4.
+#[derive(Clone, Debug, Default)]
+struct Pairs {
+    /// Bit `i` is set when entry `i` is a free (set as the replay passes it).
+    frees: Vec<u64>,
+    /// `after[b]`: frees at entries from `b * RANK_BLOCK` on (set as the replay passes that entry).
+    after: Vec<u32>,
+    /// By rank from the end, as the replay meets them (0: the last free): `UNPAIRED`,
+    /// `NO_STACK` or a stack id.
+    values: Vec<u32>,
+}
+
+impl Pairs {
+    fn new(n: usize) -> Pairs {
+        Pairs { frees: vec![0; n.div_ceil(64)], after: vec![0; n / RANK_BLOCK + 2], values: Vec::new() }
+    }
+
+    /// Frees after entry `i`, once the replay has passed them all: O(1), at most 8 words.
+    fn rank(&self, i: usize) -> usize {
+        let block = i / RANK_BLOCK;
+        let end = ((block + 1) * RANK_BLOCK / 64).min(self.frees.len());
+        let w = i / 64;
+        let Some(&word) = self.frees.get(w) else { return 0 };
+        let above = if i % 64 == 63 { 0 } else { word >> (i % 64 + 1) };
+        let rest: u32 = self.frees.get(w + 1..end).unwrap_or(&[]).iter().map(|x| x.count_ones()).sum();
+        self.after.get(block + 1).map_or(0, |&a| a as usize) + above.count_ones() as usize + rest as usize
+    }
+
+    /// The replay undid free `i` (every entry after it is undone already).
+    fn free(&mut self, i: usize) {
+        if let Some(word) = self.frees.get_mut(i / 64) {
+            *word |= 1 << (i % 64);
+            self.values.push(UNPAIRED);
+        }
+    }
+
+    /// The replay undid entry `i`, whatever it was.
+    fn passed(&mut self, i: usize) {
+        if i.is_multiple_of(RANK_BLOCK) {
+            if let Some(a) = self.after.get_mut(i / RANK_BLOCK) {
+                *a = self.values.len() as u32;
+            }
+        }
+    }
+
+    /// The `alloc` of free `f` has `stack`.
+    fn pair(&mut self, f: usize, stack: Option<StackId>) {
+        let r = self.rank(f);
+        if let Some(v) = self.values.get_mut(r) {
+            *v = stack.map_or(NO_STACK, |s| s.0);
+        }
+    }
+
+    /// The stack of the `alloc` free `f` pairs with, if it has one.
+    fn stack(&self, f: usize) -> Option<StackId> {
+        if self.frees.get(f / 64).is_none_or(|w| w & (1 << (f % 64)) == 0) {
+            return None;
+        }
+        match self.values.get(self.rank(f)).copied() {
+            None | Some(UNPAIRED | NO_STACK) => None,
+            Some(s) => Some(StackId(s)),
+        }
+    }
+}
 
 #[derive(Clone, Debug, Default)]
 struct Live {
@@ -93,18 +164,16 @@ impl Live {
     }
 
     /// Undoes entry `i`: the state after it becomes the state before it. Undoing an `alloc`
-    /// pairs it with the free that brought its block back, in `paired` (the allocation's
+    /// pairs it with the free that brought its block back, in `pairs` (the allocation's
     /// stack by the free's entry) when given.
-    fn undo(&mut self, t: &Trace, i: usize, paired: Option<&mut [u32]>) {
+    fn undo(&mut self, t: &Trace, i: usize, pairs: Option<&mut Pairs>) {
         let (addr, size) = (t.addr(i), t.size(i));
         match t.action(i) {
             Action::Alloc => {
                 if let Some(b) = self.blocks.remove(&addr) {
                     self.allocated -= b.requested;
-                    if let (Made::FreedAt(f), Some(paired)) = (b.made, paired) {
-                        if let Some(slot) = paired.get_mut(f as usize) {
-                            *slot = t.frames(i).map_or(NO_STACK, |s| s.0);
-                        }
+                    if let (Made::FreedAt(f), Some(pairs)) = (b.made, pairs) {
+                        pairs.pair(f as usize, t.frames(i));
                     }
                 }
             }
@@ -112,6 +181,9 @@ impl Live {
                 let pending = t.action(i) == Action::FreeCompleted;
                 let b = Blk { size, requested: size, pending, made: Made::FreedAt(i as u32) };
                 self.insert_block(addr, b);
+                if let Some(pairs) = pairs {
+                    pairs.free(i);
+                }
             }
             Action::FreeRequested => {
                 if let Some(b) = self.blocks.get_mut(&addr) {
@@ -178,9 +250,9 @@ pub struct StateIndex {
     /// `checkpoints[k]` is the state after entry `min((k + 1) * every, n) - 1`.
     checkpoints: Vec<Checkpoint>,
     initial: Checkpoint,
-    /// Per trace entry, for a free: the stack of the `alloc` it pairs with (`UNPAIRED`,
-    /// `NO_STACK`); 4 bytes an entry, so that every state names its blocks' allocations.
-    paired: Vec<u32>,
+    /// For each free, the stack of the `alloc` it pairs with, so that every state names its
+    /// blocks' allocations.
+    pairs: Pairs,
 }
 
 /// The allocator state at one point.
@@ -246,8 +318,8 @@ pub struct StateBuilder {
     /// The next entry to undo is `next - 1`.
     next: usize,
     checkpoints: Vec<Option<Checkpoint>>,
-    /// [`StateIndex::paired`] so far.
-    paired: Vec<u32>,
+    /// [`StateIndex::pairs`] so far.
+    pairs: Pairs,
 }
 
 /// The allocator as the final snapshot of `device` leaves it.
@@ -299,7 +371,7 @@ impl StateBuilder {
             live: final_state(snap, device),
             next: n,
             checkpoints: vec![None; n.div_ceil(every)],
-            paired: vec![UNPAIRED; n],
+            pairs: Pairs::new(n),
         }
     }
 
@@ -314,7 +386,8 @@ impl StateBuilder {
                 self.checkpoints[i / self.every] = Some(self.live.checkpoint());
                 left = left.saturating_sub(self.live.segs.len() + self.live.blocks.len());
             }
-            self.live.undo(t, i, Some(&mut self.paired));
+            self.live.undo(t, i, Some(&mut self.pairs));
+            self.pairs.passed(i);
             self.next = i;
             left = left.saturating_sub(1);
         }
@@ -330,7 +403,7 @@ impl StateBuilder {
             every: self.every,
             checkpoints: self.checkpoints.into_iter().flatten().collect(),
             initial: self.live.checkpoint(),
-            paired: self.paired,
+            pairs: self.pairs,
         }
     }
 }
@@ -413,10 +486,7 @@ impl StateIndex {
     fn stack(&self, made: Made) -> Option<StackId> {
         match made {
             Made::Final(s) => s,
-            Made::FreedAt(f) => match self.paired.get(f as usize).copied() {
-                None | Some(UNPAIRED | NO_STACK) => None,
-                Some(s) => Some(StackId(s)),
-            },
+            Made::FreedAt(f) => self.pairs.stack(f as usize),
         }
     }
 

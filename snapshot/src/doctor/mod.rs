@@ -367,7 +367,7 @@ fn at_end(snap: &Snapshot, tl: &Timeline, cats: &Categories, settings: &Settings
         "nothing is reserved at the end".to_string()
     } else {
         format!(
-            "{} reserved at the end, {} of it free in the cache ({:.2}%) in {} blocks, the largest {}",
+            "{} reserved, {} of it free in the cache ({:.2}%) in {} blocks, the largest {}",
             s(f.reserved_bytes),
             s(f.cached_free_bytes),
             100.0 * share,
@@ -381,7 +381,7 @@ fn at_end(snap: &Snapshot, tl: &Timeline, cats: &Categories, settings: &Settings
         (
             Some(Verdict::Exhausted),
             format!(
-                "live memory fills what was reserved, so any request above {} needed new device memory: an error there was exhaustion, not fragmentation",
+                "live memory fills what was reserved, so any request above {} needed new device memory",
                 s(f.cached_free_bytes)
             ),
         )
@@ -389,13 +389,13 @@ fn at_end(snap: &Snapshot, tl: &Timeline, cats: &Categories, settings: &Settings
         (
             Some(Verdict::Fragmentation),
             format!(
-                "a request between {} and {} finds enough free bytes in the cache but no block to hold it, so it needs new device memory: on a full device, an error there was fragmentation",
+                "a request between {} and {} finds enough free bytes in the cache but no block to hold it, and needs new device memory",
                 s(f.largest_free_block_any_bytes),
                 s(f.cached_free_bytes)
             ),
         )
     } else {
-        (None, "without the request's size the figures cannot tell what an error there was".to_string())
+        (None, "without the request's size the figures cannot tell".to_string())
     };
     let alive = holders::alive_after(tl, snap.trace(tl.device()).len().checked_sub(1));
     AtEnd {
@@ -403,7 +403,7 @@ fn at_end(snap: &Snapshot, tl: &Timeline, cats: &Categories, settings: &Settings
         state: described,
         verdict,
         why,
-        assumption: "the trace has no oom event, so nothing failed in it; the verdict is what an error at the end was, for snapshots dumped at one without an oom event (an OOM observer, `_dump_snapshot` in an `except torch.cuda.OutOfMemoryError`, a ring buffer of one entry): under 1% of reserved free in the cache, exhausted; over 10% free with no block half that size, fragmentation".into(),
+        assumption: "the trace has no oom event, so nothing failed in it; the verdict is for a snapshot dumped at an error without one (an OOM observer, `_dump_snapshot` in an `except torch.cuda.OutOfMemoryError`): under 1% of reserved free in the cache, exhausted; over 10% free with no block half that size, fragmentation".into(),
         holders: holders::live(snap, tl, cats, &alive),
     }
 }

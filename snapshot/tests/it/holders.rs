@@ -146,8 +146,11 @@ fn inferred(cats: &Categories, addr: u64) -> Option<&'static str> {
 struct Block {
     start: usize,
     end: usize,
+    addr: u64,
     bytes: u64,
     site: String,
+    /// The stack its allocation recorded (`None` for one allocated before the recording).
+    stack: Option<StackId>,
 }
 
 /// Every block of `device`'s trace and final snapshot, by one replay of the raw entries: an
@@ -167,13 +170,14 @@ fn blocks(snap: &Snapshot, device: usize, cats: &Categories) -> Vec<Block> {
                     Some(s) => expected_site(snap, s),
                     None => "(no stack)".into(),
                 };
-                let b = Block { start: i + 1, end: usize::MAX, bytes: size, site };
+                let b = Block { start: i + 1, end: usize::MAX, addr, bytes: size, site, stack: t.frames(i) };
                 out.extend(open.insert(addr, b));
             }
             Action::Free | Action::FreeCompleted => match open.remove(&addr) {
                 Some(b) => out.push(Block { end: i + 1, ..b }),
                 None => {
-                    out.push(Block { start: 0, end: i + 1, bytes: size, site: before_recording(snap, t.frames(i)) })
+                    let site = before_recording(snap, t.frames(i));
+                    out.push(Block { start: 0, end: i + 1, addr, bytes: size, site, stack: None })
                 }
             },
             _ => {}
@@ -188,7 +192,7 @@ fn blocks(snap: &Snapshot, device: usize, cats: &Categories) -> Vec<Block> {
                 Some(s) => expected_site(snap, s),
                 None => inferred(cats, addr).map_or_else(|| before_recording(snap, None), str::to_string),
             };
-            out.push(Block { start: 0, end: usize::MAX, bytes: b.requested_bytes(), site });
+            out.push(Block { start: 0, end: usize::MAX, addr, bytes: b.requested_bytes(), site, stack: b.stack() });
         }
     }
     out.extend(open.into_values());
@@ -298,6 +302,35 @@ fn holders_equal_a_replay_when_an_oom_is_raised_in_a_worker_thread() {
         assert!(oom.holders.iter().any(|h| h.site.starts_with("models.py:")), "{:?}", oom.holders);
         assert_eq!(check(&format!("generated seed {seed}"), &snap, 0), report.ooms.len() + 1);
     }
+}
+
+#[test]
+fn every_allocator_state_names_its_blocks_by_their_allocation() {
+    let mut compared = 0;
+    for (name, bytes) in testkit::files() {
+        let snap = snapshot::read(&bytes).unwrap_or_else(|e| panic!("{name}: {e}")).snapshot;
+        for d in snap.devices() {
+            let n = snap.trace(d).len();
+            if n == 0 {
+                continue;
+            }
+            let tl = Timeline::build(&snap, d, TimelineKind::Blocks);
+            let cats = categories::analyze(&snap, &tl, &Compiled::default());
+            let all = blocks(&snap, d, &cats);
+            let index = snapshot::state::StateIndex::build(&snap, d);
+            for k in [0, n / 5, n / 2, 4 * n / 5, n - 1] {
+                let state = index.state_after(&snap, Some(k));
+                let made: HashMap<u64, Option<StackId>> =
+                    alive(&all, k + 1).iter().map(|b| (b.addr, b.stack)).collect();
+                for bv in state.segments.iter().flat_map(|s| &s.blocks).chain(&state.orphan_blocks) {
+                    let Some(&want) = made.get(&bv.address) else { continue };
+                    assert_eq!(bv.stack, want, "{name} device {d} after entry {k}: block {:#x}", bv.address);
+                    compared += 1;
+                }
+            }
+        }
+    }
+    assert!(compared > testkit::if_full(5_000, 500), "{compared} blocks compared");
 }
 
 /// A destructor, allocator, unwinder, interpreter or dispatcher frame's text.
