@@ -39,11 +39,10 @@ pub fn alive_after(tl: &Timeline, entry: Option<usize>) -> Vec<u32> {
 }
 
 /// The `TOP_SITES` largest holders among the elements `ids` of `tl`, largest first (ties by
-/// name). Memory alive from before the recording to its end with no stack is named by what
+/// name); `names` keeps each charge's name for the next call. Memory alive from before the recording to its end with no stack is named by what
 /// the categories made of it (`(no frames) optimizer state, inferred`).
-pub fn live(snap: &Snapshot, tl: &Timeline, cats: &Categories, ids: &[u32]) -> Vec<Holder> {
+pub fn live(snap: &Snapshot, tl: &Timeline, cats: &Categories, ids: &[u32], names: &mut SiteNames) -> Vec<Holder> {
     let els = tl.elements();
-    let mut names = SiteNames::default();
     let mut by_site: FxHashMap<std::rc::Rc<str>, (u64, u32)> = FxHashMap::default();
     for &id in ids {
         let Some(e) = els.get(id as usize) else { continue };

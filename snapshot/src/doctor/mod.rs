@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::allocator;
 use crate::categories::{self, Categories, CategoryBytes, Compiled, Phase};
 use crate::model::{Action, Snapshot};
+use crate::sites::SiteNames;
 use crate::state::{AllocatorState, StateIndex};
 use crate::stats::format_size;
 use crate::timeline::{Timeline, TimelineKind};
@@ -178,21 +179,19 @@ pub fn diagnose(snap: &Snapshot, tl: &Timeline, cats: &Categories, index: &State
     // Each OOM is read as its state is handed over, so only the peak's and the end's states
     // are held at once (every OOM's state at once could be the live state times the OOMs).
     let mut ooms: Vec<Option<Oom>> = vec![None; entries.len()];
+    let mut r = Reading { snap, tl, cats, settings: &settings, what_if: &what_if, names: SiteNames::default() };
     let (mut at_peak, mut at_end_state) = (None, None);
     index.states_after_each(snap, &asked, |k, s| match k.checked_sub(entries.len()) {
-        None => ooms[k] = Some(oom(snap, tl, cats, &settings, &what_if, entries[k], &s)),
+        None => ooms[k] = Some(oom(&mut r, entries[k], &s)),
         Some(0) => at_peak = Some(s),
         Some(_) => at_end_state = Some(s),
     });
     let empty = AllocatorState::default();
-    let ooms: Vec<Oom> = ooms
-        .into_iter()
-        .zip(&entries)
-        .map(|(o, &e)| o.unwrap_or_else(|| oom(snap, tl, cats, &settings, &what_if, e, &empty)))
-        .collect();
+    let ooms: Vec<Oom> =
+        ooms.into_iter().zip(&entries).map(|(o, &e)| o.unwrap_or_else(|| oom(&mut r, e, &empty))).collect();
     let (at_peak, at_end_state) = (at_peak.unwrap_or_default(), at_end_state.unwrap_or_default());
-    let peak = peak(snap, tl, cats, &ooms, peak_entry, &at_peak);
-    let at_end = ooms.is_empty().then(|| at_end(snap, tl, cats, &settings, &at_end_state));
+    let peak = peak(&mut r, &ooms, peak_entry, &at_peak);
+    let at_end = ooms.is_empty().then(|| at_end(&mut r, &at_end_state));
     Report { device: device as u32, ooms, peak, at_end, what_if, settings }
 }
 
@@ -212,21 +211,24 @@ pub fn diagnose_ooms(
     let settings = settings::settings(snap, device);
     let asked: Vec<Option<usize>> = entries.iter().map(|&e| e.checked_sub(1)).collect();
     let mut out: Vec<Option<Oom>> = vec![None; entries.len()];
-    index.states_after_each(snap, &asked, |k, s| {
-        out[k] = Some(oom(snap, tl, cats, &settings, what_if, entries[k], &s));
-    });
+    let mut r = Reading { snap, tl, cats, settings: &settings, what_if, names: SiteNames::default() };
+    index.states_after_each(snap, &asked, |k, s| out[k] = Some(oom(&mut r, entries[k], &s)));
     out.into_iter().flatten().collect()
 }
 
-fn oom(
-    snap: &Snapshot,
-    tl: &Timeline,
-    cats: &Categories,
-    settings: &Settings,
-    what_if: &[WhatIf],
-    entry: usize,
-    state: &AllocatorState,
-) -> Oom {
+/// What the findings of one report read, and the names of the charges met so far (each
+/// named once for the whole report, however many OOMs it holds memory at).
+struct Reading<'a> {
+    snap: &'a Snapshot,
+    tl: &'a Timeline,
+    cats: &'a Categories,
+    settings: &'a Settings,
+    what_if: &'a [WhatIf],
+    names: SiteNames,
+}
+
+fn oom(r: &mut Reading, entry: usize, state: &AllocatorState) -> Oom {
+    let (snap, tl, cats, settings, what_if) = (r.snap, r.tl, r.cats, r.settings, r.what_if);
     let device = tl.device();
     let t = snap.trace(device);
     let requested = t.size(entry);
@@ -290,7 +292,7 @@ fn oom(
         phase,
         what_if,
     });
-    let holders = holders::live(snap, tl, cats, &holders::alive_after(tl, entry.checked_sub(1)));
+    let holders = holders::live(snap, tl, cats, &holders::alive_after(tl, entry.checked_sub(1)), &mut r.names);
     Oom {
         device: device as u32,
         entry: entry as u32,
@@ -326,14 +328,8 @@ fn peak_elements(tl: &Timeline) -> Vec<u32> {
     }
 }
 
-fn peak(
-    snap: &Snapshot,
-    tl: &Timeline,
-    cats: &Categories,
-    ooms: &[Oom],
-    entry: Option<usize>,
-    state: &AllocatorState,
-) -> Peak {
+fn peak(r: &mut Reading, ooms: &[Oom], entry: Option<usize>, state: &AllocatorState) -> Peak {
+    let (snap, tl, cats) = (r.snap, r.tl, r.cats);
     let device = tl.device();
     let info = snap.device_info().into_iter().find(|d| d.device == device as i64 && d.total_bytes > 0);
     let from_oom = ooms.iter().filter_map(|o| Some(o.reserved_bytes.saturating_add(o.device_free_bytes?))).max();
@@ -354,11 +350,12 @@ fn peak(
         headroom_bytes: capacity
             .map(|c| (i128::from(c) - i128::from(peak_bytes)).clamp(i64::MIN.into(), i64::MAX.into()) as i64),
         categories: holders::category_list(&cats.at_peak),
-        holders: holders::live(snap, tl, cats, &peak_elements(tl)),
+        holders: holders::live(snap, tl, cats, &peak_elements(tl), &mut r.names),
     }
 }
 
-fn at_end(snap: &Snapshot, tl: &Timeline, cats: &Categories, settings: &Settings, state: &AllocatorState) -> AtEnd {
+fn at_end(r: &mut Reading, state: &AllocatorState) -> AtEnd {
+    let (snap, tl, cats, settings) = (r.snap, r.tl, r.cats, r.settings);
     let layout = figures::layout(state, settings);
     let f = layout.figures(state);
     let s = |b: u64| format_size(i128::from(b));
@@ -404,6 +401,6 @@ fn at_end(snap: &Snapshot, tl: &Timeline, cats: &Categories, settings: &Settings
         verdict,
         why,
         assumption: "the trace has no oom event, so nothing failed in it; the verdict is for a snapshot dumped at an error without one (an OOM observer, `_dump_snapshot` in an `except torch.cuda.OutOfMemoryError`): under 1% of reserved free in the cache, exhausted; over 10% free with no block half that size, fragmentation".into(),
-        holders: holders::live(snap, tl, cats, &alive),
+        holders: holders::live(snap, tl, cats, &alive, &mut r.names),
     }
 }
