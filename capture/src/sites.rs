@@ -9,11 +9,11 @@ use snapshot::{Snapshot, StackId};
 
 use crate::stacks::is_plumbing;
 
-/// The call site of `stack` in words, `function (file:line)`; `<no stack>` when it has no
-/// frame outside the plumbing.
+/// The call site of `stack`, `file:line:function` as every call site of memscape is written
+/// (`snapshot::frames::frame_line`); `(no stack)` when it has no frame outside the plumbing.
 pub fn call_site(snap: &Snapshot, stack: Option<StackId>) -> String {
     let site = stack.and_then(|st| snap.stack(st).find(|f| !is_plumbing(snap.str(f.name), snap.str(f.filename))));
-    site.map_or_else(|| "<no stack>".into(), |f| format!("{} ({}:{})", snap.str(f.name), snap.str(f.filename), f.line))
+    site.map_or_else(|| "(no stack)".into(), |f| snapshot::frames::frame_line(snap, f))
 }
 
 /// The bytes of the snapshot's segments (what is reserved at the dump) summed by call site,
@@ -71,9 +71,9 @@ mod tests {
         assert_eq!(
             bytes_by_call_site(&snap),
             vec![
-                ("train::load_weights (src/train.rs:12)".to_string(), 64 * MIB),
-                ("<no stack>".to_string(), 30 * MIB),
-                ("train::step (src/train.rs:40)".to_string(), 10 * MIB),
+                ("src/train.rs:12:train::load_weights".to_string(), 64 * MIB),
+                ("(no stack)".to_string(), 30 * MIB),
+                ("src/train.rs:40:train::step".to_string(), 10 * MIB),
             ]
         );
     }

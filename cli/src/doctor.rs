@@ -30,7 +30,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     }
     let snap = &loaded.snapshot;
     let with_oom = snap.devices_with_oom();
-    let d = device.or_else(|| snap.default_device()).unwrap_or(0);
+    let d = snap.pick_device(device).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
     let report = snapshot::doctor::doctor(snap, d, &rules);
     let mut out = std::io::stdout().lock();
     if json {

@@ -63,7 +63,7 @@ pub(crate) fn snapshot_profile(path: &Path, device: Option<usize>, rules: &Compi
         eprintln!("memscape: {}: warning: {w}", path.display());
     }
     let snap = &loaded.snapshot;
-    let d = device.or_else(|| snap.default_device()).unwrap_or(0);
+    let d = snap.pick_device(device).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     let tl = Timeline::build(snap, d, TimelineKind::Blocks);
     let cats = snapshot::categories::analyze(snap, &tl, rules);
     Ok(snapshot::diff::profile(snap, &tl, &cats))
@@ -168,7 +168,12 @@ pub(crate) fn read_profile(path: &Path) -> anyhow::Result<Option<ProfileFile>> {
 /// snapshots; a profile has its device).
 pub(crate) fn any_profile(path: &Path, device: Option<usize>, rules: &Compiled) -> anyhow::Result<Profile> {
     Ok(match read_profile(path)? {
-        Some(p) => p.profile,
+        Some(p) => match device {
+            Some(d) if d != p.profile.device as usize => {
+                bail!("{}: no device {d}: the profile is of device {}", path.display(), p.profile.device)
+            }
+            _ => p.profile,
+        },
         None => snapshot_profile(path, device, rules)?,
     })
 }

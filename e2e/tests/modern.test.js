@@ -21,6 +21,18 @@ async function open(name) {
   await tabShown(page, name);
 }
 
+/** Shows `name`: its tab when it is open already, else the file opened, so that a test does
+ * not depend on the one before it. */
+async function show(name) {
+  const tab = page.locator('.tab .tab-name').filter({ hasText: new RegExp(`^${name.replace(/\./g, '\\.')}$`) });
+  if (await tab.count() > 0) {
+    await tab.first().click();
+    await tabShown(page, name);
+  } else {
+    await open(name);
+  }
+}
+
 /** Searches the timeline like a user (the first match is pinned) and returns the details. */
 async function find(text, mode = 'text') {
   // Unpinned first, so that the details waited for are the new match's.
@@ -89,6 +101,7 @@ test('compiled code: its frame shows the FX node and the original code, search f
 });
 
 test('a backward allocation says where its tensor was created in forward, and its C++ stack is named by its node', async () => {
+  await show('compiled.pickle');
   const d = await find('SelectBackward0');
   assert.equal(d.fields.address, '0x7f0000800000');
   assert.equal(d.fields['created in forward'], 'at /home/user/model.py:14:forward');
@@ -102,6 +115,7 @@ test('a backward allocation says where its tensor was created in forward, and it
 });
 
 test('a ring buffer that overflowed has a banner, and each allocation without a stack says why', async () => {
+  await show('compiled.pickle');
   await page.waitForSelector('#history-banner');
   assert.match(await page.textContent('#history-banner'), /kept the last 9 events \(its ring buffer overflowed\)/);
   const cli = JSON.parse(execFileSync(MEMSCAPE, ['stats', '--json', join(DIR, 'compiled.pickle')]).toString());

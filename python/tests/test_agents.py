@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 import subprocess
 import sys
 import tempfile
@@ -56,6 +57,17 @@ class Agents(unittest.TestCase):
             self.assertTrue(memscape.check(base, baseline=base.read_bytes(), max_growth=0, max_peak="1T")["passed"])
             with self.assertRaises(memscape.MemscapeError):
                 memscape.check(base, max_growth=2)  # no baseline: bad input, not an outcome
+
+    def test_install_instructions_install_this_project_s_wheel(self) -> None:
+        # No package of ours is on a registry: `pip install memscape` would install a stranger's.
+        bare = re.compile(r"pip install (-\S+ )*memscape(?![-\w./*])")
+        texts = [ROOT / "README.md", ROOT / "skills" / "memscape" / "SKILL.md", *sorted((ROOT / "docs").glob("*.md"))]
+        for path in texts:
+            for n, line in enumerate(path.read_text().splitlines(), 1):
+                self.assertIsNone(bare.search(line), f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+        skill = (ROOT / "skills" / "memscape" / "SKILL.md").read_text()
+        self.assertIn("scripts/wheel", skill.split("---")[1], "the skill's description says how to install it")
+        self.assertIn("pip install target/wheels/memscape-", (ROOT / "README.md").read_text())
 
     def test_the_skill_is_in_the_wheel_and_equals_the_repository_s(self) -> None:
         text = (ROOT / "skills" / "memscape" / "SKILL.md").read_text()

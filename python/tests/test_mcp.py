@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import queue
+import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import unittest
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -216,6 +219,28 @@ class McpServer(unittest.TestCase):
                 self.assertEqual(opened["default_device"], 0)
             run(body)
 
+    def test_a_file_written_again_is_read_again(self) -> None:
+        # The agent's loop: record step.pickle, ask; change the script, record it again, ask again.
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "step.pickle"
+            shutil.copyfile(OOM, path)
+            before = cli("stats", "--json", str(OOM))["categories"][0]["peak_bytes"]
+            after = cli("stats", "--json", str(SIBLING))["categories"][0]["peak_bytes"]
+            self.assertNotEqual(before, after)
+
+            async def body(s: ClientSession, c: Client) -> None:
+                first = await c.call("stats", {"path": str(path)})
+                self.assertEqual(first["peak"]["bytes"], before)
+                shutil.copyfile(SIBLING, path)
+                again = await c.call("stats", {"path": str(path)})
+                self.assertEqual(again["peak"]["bytes"], after, "the file as it is now, not as it was")
+                doctor = await c.call("doctor", {"path": str(path)})
+                self.assertEqual(doctor["peak"]["peak_bytes"], after)
+                path.unlink()
+                gone = await c.error("stats", {"path": str(path)})
+                self.assertIn(str(path), gone)
+            run(body)
+
     def test_a_line_that_is_not_json_rpc_gets_an_error_and_the_next_request_an_answer(self) -> None:
         # Below the client library: raw lines on the server's standard input.
         p = subprocess.Popen([str(memscape.binary()), "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -227,9 +252,15 @@ class McpServer(unittest.TestCase):
             p.stdin.write((obj if isinstance(obj, str) else json.dumps(obj)) + "\n")
             p.stdin.flush()
 
+        # Lines read by a thread, so that a reply that never comes fails the test, not hangs it.
+        lines: "queue.Queue[str]" = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(line) for line in p.stdout or []], daemon=True).start()
+
         def answer() -> Dict[str, Any]:
-            assert p.stdout is not None
-            out: Dict[str, Any] = json.loads(p.stdout.readline())
+            try:
+                out: Dict[str, Any] = json.loads(lines.get(timeout=20))
+            except queue.Empty:
+                self.fail("no reply within 20 s")
             return out
 
         try:
@@ -237,13 +268,20 @@ class McpServer(unittest.TestCase):
                 "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}})
             self.assertIn("result", answer())
             send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+            # JSON-RPC's parse error, with a null id, for a line that is not JSON...
             send("{this is not json")
+            parse = answer()
+            self.assertEqual(parse.get("id", "missing"), None, parse)
+            self.assertEqual(parse["error"]["code"], -32700, parse)
+            # ... its invalid request for JSON that is not JSON-RPC, with the id it gave...
+            send({"id": 7, "method": "tools/list"})
+            invalid = answer()
+            self.assertEqual((invalid["id"], invalid["error"]["code"]), (7, -32600), invalid)
+            # ... and the server goes on answering.
             send({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
-            replies: List[Dict[str, Any]] = [answer()]
-            if "result" not in replies[0]:
-                self.assertIn("error", replies[0])
-                replies.append(answer())
-            names = {t["name"] for t in replies[-1]["result"]["tools"]}
+            listed = answer()
+            self.assertEqual(listed["id"], 2)
+            names = {t["name"] for t in listed["result"]["tools"]}
             self.assertEqual(names, TOOLS)
         finally:
             p.stdin.close()

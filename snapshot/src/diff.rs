@@ -205,7 +205,7 @@ pub fn profile(snap: &Snapshot, tl: &Timeline, cats: &Categories) -> Profile {
         snap.external_annotations
             .iter()
             .flatten()
-            .filter(|a| (a.device < 0 || a.device == device as i64) && snap.str(a.stage) == "START")
+            .filter(|a| a.on_device(device) && snap.str(a.stage) == "START")
             .map(|a| (snap.str(a.name).to_string(), times.partition_point(|&x| x < a.time_us) as u32))
             .collect()
     } else {

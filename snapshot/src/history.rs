@@ -18,27 +18,9 @@ pub struct Recording {
     pub max_entries: Option<u64>,
 }
 
-/// One device's value of a setting written once for all devices (a bool or an int), or per
-/// device (a list by ordinal, or a dict keyed by the ordinal as an int or a string).
-fn per_device(v: &Value, device: usize) -> Option<&Value> {
-    match v {
-        Value::List(items) | Value::Tuple(items) => items.get(device),
-        Value::Dict(items) => items.iter().find_map(|(k, x)| {
-            let ordinal = match k {
-                Value::Int(i) => usize::try_from(*i).ok(),
-                Value::Str(s) => s.trim().parse().ok(),
-                _ => None,
-            };
-            (ordinal == Some(device)).then_some(x)
-        }),
-        other => Some(other),
-    }
-}
-
 /// What `snap` says of `device`'s recording.
 pub fn recording(snap: &Snapshot, device: usize) -> Recording {
-    let Some(settings) = snap.allocator_settings.as_ref() else { return Recording::default() };
-    let setting = |key: &str| settings.get(key).and_then(|v| per_device(v, device));
+    let setting = |key: &str| crate::settings::setting(snap, key, device);
     Recording {
         overflowed: setting("trace_alloc_overflowed").and_then(|v| match v {
             Value::Bool(b) => Some(*b),
@@ -95,11 +77,7 @@ pub fn no_stack_cause(snap: &Snapshot, tl: &Timeline, e: &Element) -> Option<Str
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn with_settings(items: Vec<(&str, Value)>) -> Snapshot {
-        let items = items.into_iter().map(|(k, v)| (Value::Str(k.into()), v)).collect();
-        Snapshot { allocator_settings: Some(Value::Dict(items)), ..Default::default() }
-    }
+    use crate::settings::with_settings;
 
     #[test]
     fn settings_once_or_per_device() {

@@ -40,7 +40,7 @@ impl Labels {
                 Action::Alloc => {
                     live.insert(addr, i as u32);
                 }
-                Action::Free | Action::FreeCompleted => {
+                a if a.ends_allocation() => {
                     live.remove(&addr);
                 }
                 Action::Annotate => {
@@ -84,5 +84,43 @@ impl Labels {
             .map(|s| snap.str(s).to_string())
             .filter(|s| !s.is_empty())
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Entry, Trace};
+    use crate::timeline::{Timeline, TimelineKind};
+
+    #[test]
+    fn a_label_belongs_to_the_allocation_alive_by_the_one_pairing_rule() {
+        let mut snap = Snapshot::default();
+        let mut t = Trace::default();
+        let label = |snap: &mut Snapshot, text: &str| {
+            let mut e = Entry::new(Action::Annotate, 0x100, 0, 0);
+            e.user_metadata = Some(snap.strings.intern(text));
+            e
+        };
+        let first = label(&mut snap, "weights");
+        let pending = label(&mut snap, "while its free waits on a stream");
+        let after = label(&mut snap, "after it went back to the cache");
+        for e in [
+            Entry::new(Action::Alloc, 0x100, 64, 0),
+            first,
+            Entry::new(Action::FreeRequested, 0x100, 64, 0),
+            pending,
+            Entry::new(Action::FreeCompleted, 0x100, 64, 0),
+            after,
+        ] {
+            t.push(&e);
+        }
+        snap.device_traces = Some(vec![t]);
+        let tl = Timeline::build(&snap, 0, TimelineKind::Blocks);
+        let labels = Labels::new(&snap, 0);
+        // The allocation lives until `free_completed`, as the timeline pairs it.
+        let e = &tl.elements()[0];
+        assert_eq!(e.free_entry, Some(4));
+        assert_eq!(labels.of(&snap, 0, e), vec!["weights", "while its free waits on a stream"]);
     }
 }

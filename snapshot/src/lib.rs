@@ -49,6 +49,7 @@ pub mod merge;
 pub mod pools;
 pub mod ranks;
 pub mod search;
+pub mod settings;
 pub mod sites;
 pub mod slice;
 pub mod state;

@@ -234,6 +234,15 @@ impl Action {
     pub fn name(self) -> Option<&'static str> {
         Self::KNOWN.iter().find(|&&(_, a)| a == self).map(|&(n, _)| n)
     }
+
+    /// Whether it ends the allocation alive at its address: the one pairing rule of every
+    /// analysis (the timelines, the allocator state, labels). An `alloc` lives until its
+    /// block goes back to the cache (`free_completed`, or a merged `free`), as PyTorch's viewer
+    /// pairs them; a `free_requested` whose completion waits on another stream leaves it alive
+    /// (pending), which is what holds the memory.
+    pub fn ends_allocation(self) -> bool {
+        matches!(self, Action::FreeCompleted | Action::Free)
+    }
 }
 
 /// A column that costs nothing until some row has a value: 0 means "absent".
@@ -467,7 +476,7 @@ impl Trace {
                 let open = !t.closed.contains(&addr);
                 if open && e.action != Action::FreeRequested {
                     t.closed.insert(addr);
-                    if matches!(e.action, Action::Free | Action::FreeCompleted) {
+                    if e.action.ends_allocation() {
                         if let Some(&s) = t.live.get(&addr) {
                             t.made.insert(addr, s);
                         }
@@ -494,7 +503,7 @@ impl Trace {
             (Action::Alloc, Some(s)) => {
                 t.live.insert(addr, s);
             }
-            (Action::Alloc | Action::Free | Action::FreeCompleted, _) => {
+            (a, _) if a == Action::Alloc || a.ends_allocation() => {
                 t.live.remove(&addr);
             }
             _ => {}
@@ -697,6 +706,15 @@ pub struct Annotation {
     pub time_us: i64,
     /// Other keys.
     pub extras: Vec<(StrId, Value)>,
+}
+
+impl Annotation {
+    /// Whether it applies to `device`: one rule for every analysis. A thread with no current
+    /// device records `-1` (a `record_function` on the CPU side of a step), which applies to
+    /// every device.
+    pub fn on_device(&self, device: usize) -> bool {
+        self.device < 0 || self.device == device as i64
+    }
 }
 
 /// A device as `memscape capture` describes it (from NVML), under the top-level key
@@ -902,6 +920,23 @@ impl Snapshot {
         self.devices()
             .into_iter()
             .max_by_key(|&d| (self.trace(d).len(), segs.get(&(d as i64)).map_or(0, |s| s.0), std::cmp::Reverse(d)))
+    }
+
+    /// The device a command reads, by one rule for every front end: `asked` when the file
+    /// has it ([`Snapshot::devices`]), else an error naming the devices it has; without
+    /// `asked`, [`Snapshot::default_device`] (0 for a file with none).
+    pub fn pick_device(&self, asked: Option<usize>) -> Result<usize, String> {
+        let Some(d) = asked else { return Ok(self.default_device().unwrap_or(0)) };
+        let all = self.devices();
+        if all.contains(&d) {
+            return Ok(d);
+        }
+        let list: Vec<String> = all.iter().map(usize::to_string).collect();
+        Err(match list.len() {
+            0 => format!("no device {d}: the file has no device (no trace entries, no segments)"),
+            1 => format!("no device {d}: the file has device {}", list[0]),
+            _ => format!("no device {d}: the file has devices {}", list.join(", ")),
+        })
     }
 
     /// Approximate heap bytes used by the model.

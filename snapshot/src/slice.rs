@@ -134,7 +134,7 @@ pub fn resolve(snap: &Snapshot, device: usize, window: &Window) -> Result<Range,
         Window::Annotation(name) => {
             let anns = snap.external_annotations.as_deref().unwrap_or_default();
             let on = |a: &&crate::model::Annotation, stage: &str| {
-                a.device == device as i64 && snap.str(a.name) == name && snap.str(a.stage) == stage
+                a.on_device(device) && snap.str(a.name) == name && snap.str(a.stage) == stage
             };
             let Some(start) = anns.iter().find(|a| on(a, "START")) else {
                 return Err(format!("no annotation {name:?} starts on device {device}"));
@@ -205,7 +205,9 @@ pub fn slice(snap: &Snapshot, window: &Window, devices: &[usize], source: &str) 
     }
     out.external_annotations = snap.external_annotations.as_ref().map(|anns| {
         anns.iter()
-            .filter(|a| kept_times.iter().any(|&(d, from, to)| a.device == d && from <= a.time_us && a.time_us <= to))
+            .filter(|a| {
+                kept_times.iter().any(|&(d, from, to)| a.on_device(d as usize) && from <= a.time_us && a.time_us <= to)
+            })
             .cloned()
             .collect()
     });
@@ -297,7 +299,7 @@ fn segments_of(
 ) -> Vec<Segment> {
     let finals: FxHashMap<(u64, u64), &Segment> =
         snap.segments.iter().filter(|s| s.device == device as i64).map(|s| ((s.address, s.total_size), s)).collect();
-    let laid = layout(state, &crate::doctor::settings::settings(snap, device));
+    let laid = layout(state, &crate::settings::settings(snap, device));
     state
         .segments
         .iter()

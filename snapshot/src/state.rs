@@ -177,8 +177,8 @@ impl Live {
                     }
                 }
             }
-            Action::Free | Action::FreeCompleted => {
-                let pending = t.action(i) == Action::FreeCompleted;
+            a if a.ends_allocation() => {
+                let pending = a == Action::FreeCompleted;
                 let b = Blk { size, requested: size, pending, made: Made::FreedAt(i as u32) };
                 self.insert_block(addr, b);
                 if let Some(pairs) = pairs {

@@ -38,14 +38,15 @@ pub fn file_or_skip(name: &str) -> Option<PathBuf> {
         return Some(p);
     }
     assert!(!full(), "{} is missing from the full corpus (a partial copy? set MEMSCAPE_CORPUS_PARTIAL=1)", p.display());
-    // Past the test harness's capture, so that a passing run still names what it skipped.
-    let test = std::thread::current().name().unwrap_or("a test").to_owned();
-    writeln!(
-        std::io::stderr(),
-        "skipped {test}: needs {name} from the full corpus (../shared/corpus; see testdata/corpus/SOURCES.md)"
-    )
-    .ok();
+    skipped(&format!("needs {name} from the full corpus (../shared/corpus; see testdata/corpus/SOURCES.md)"));
     None
+}
+
+/// Says that the running test skipped, and why, past the test harness's capture, so that a
+/// passing run still names what it did not check.
+pub fn skipped(why: &str) {
+    let test = std::thread::current().name().unwrap_or("a test").to_owned();
+    writeln!(std::io::stderr(), "skipped {test}: {why}").ok();
 }
 
 /// One corpus file's bytes; `None` (the test returns, skipped) when a partial corpus lacks it.

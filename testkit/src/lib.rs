@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 mod corpus;
 pub mod pickle;
 
-pub use corpus::{dir, expected, file_or_skip, files, full, if_full, paths, read_or_skip, MIN_FILES};
+pub use corpus::{dir, expected, file_or_skip, files, full, if_full, paths, read_or_skip, skipped, MIN_FILES};
 
 /// What PyTorch's own `_memory_viz.py` (vendored in `third_party/pytorch/`) prints for
 /// `command` (`stats`, `trace`, `segments`...) on the snapshot at `path`. Needs python3, not

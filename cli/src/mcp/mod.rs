@@ -3,6 +3,7 @@
 //! description written for a model; the answers are `session.rs`'s. Files are read once and
 //! kept open; nothing is written and nothing leaves the machine.
 
+mod lines;
 mod session;
 
 use std::sync::Mutex;
@@ -26,7 +27,8 @@ pub(crate) struct Args {}
 pub(crate) fn run(_: Args) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(async {
-        let service = Server::new().serve(rmcp::transport::stdio()).await?;
+        let pipes = lines::filtered(tokio::io::stdin(), tokio::io::stdout());
+        let service = Server::new().serve(pipes).await?;
         service.waiting().await?;
         anyhow::Ok(())
     })

@@ -1,5 +1,5 @@
-//! What the MCP server knows: the files it has open (each read once, its analyses made when a
-//! tool first needs them and kept) and the answers of its tools as JSON values, compact by
+//! What the MCP server knows: the files it has open (each read once, and again when its size
+//! or modification time changed; its analyses made when a tool first needs them and kept) and the answers of its tools as JSON values, compact by
 //! default: top N lists, bytes as numbers with a human form beside, no whole stack lists.
 //!
 //! Plain functions over `snapshot`'s analyses, with no MCP in them: `mcp/mod.rs` is the glue.
@@ -33,6 +33,8 @@ struct Device {
 
 /// One open file.
 struct Open {
+    /// Its size and modification time when it was read: a file re-recorded since is read again.
+    stamp: Option<(u64, std::time::SystemTime)>,
     snap: Snapshot,
     warnings: Vec<String>,
     summary: Summary,
@@ -47,12 +49,23 @@ pub(crate) struct Session {
     rules: Compiled,
 }
 
+/// A file's size and modification time (`None` where the file system does not say).
+fn stamp(path: &Path) -> Option<(u64, std::time::SystemTime)> {
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.len(), m.modified().ok()?))
+}
+
 /// A tool's error, in words for the model.
 pub(crate) type Answer = Result<Value, String>;
 
 impl Session {
     fn open_file(&mut self, path: &str) -> Result<(&mut Open, PathBuf), String> {
         let abs = std::path::absolute(Path::new(path)).map_err(|e| format!("{path}: {e}"))?;
+        let stamp = stamp(&abs);
+        if self.files.get(&abs).is_some_and(|open| open.stamp != stamp || stamp.is_none()) {
+            // Written again since it was read (the agent's loop: re-record, ask again).
+            self.files.remove(&abs);
+        }
         if !self.files.contains_key(&abs) {
             let loaded = load(&abs).map_err(|e| format!("{e:#}"))?;
             let snap = loaded.snapshot;
@@ -66,7 +79,7 @@ impl Session {
                 devices.insert(tl.device(), Device { tl, cats, index: None, doctor: None });
             });
             let warnings = loaded.warnings.iter().map(ToString::to_string).collect();
-            let open = Open { snap, warnings, summary, reports, devices };
+            let open = Open { stamp, snap, warnings, summary, reports, devices };
             self.files.insert(abs.clone(), open);
         }
         let open = self.files.get_mut(&abs).ok_or("not open")?;
@@ -81,14 +94,7 @@ impl Session {
     ) -> Result<(&'a Snapshot, &'a mut Device, &'a Summary, usize), String> {
         let rules = self.rules.clone();
         let (open, _) = self.open_file(path)?;
-        let d = match device {
-            Some(d) if open.devices.contains_key(&d) => d,
-            Some(d) => {
-                let list: Vec<String> = open.snap.devices().iter().map(usize::to_string).collect();
-                return Err(format!("{path}: no device {d} (devices: {})", list.join(", ")));
-            }
-            None => open.snap.default_device().unwrap_or(0),
-        };
+        let d = open.snap.pick_device(device).map_err(|e| format!("{path}: {e}"))?;
         let snap = &open.snap;
         let dev = open.devices.entry(d).or_insert_with(|| {
             let tl = Timeline::build(snap, d, TimelineKind::Blocks);

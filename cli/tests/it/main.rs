@@ -372,3 +372,37 @@ fn doctor_reads_verdicts_and_figures() {
     assert!(text.contains("other devices too: 1"), "{text}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_device_the_file_lacks_exits_2_naming_the_devices_it_has_in_every_command() {
+    let example = testkit::example("cs336-fullstep.pickle");
+    let dir = std::env::temp_dir().join(format!("memscape-cli-device-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("one-gpu.pickle");
+    std::fs::write(&file, example).unwrap();
+    let f = file.to_str().unwrap();
+    let profile = dir.join("one-gpu.profile");
+    let made = memscape(&["profile", f, "-o", profile.to_str().unwrap()]);
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let p = profile.to_str().unwrap();
+    let never = dir.join("x.profile");
+    let x = never.to_str().unwrap();
+    let runs: [&[&str]; 6] = [
+        &["check", f, "--device", "7", "--max-peak", "1G"],
+        &["check", p, "--device", "7", "--max-peak", "1G"],
+        &["doctor", f, "--device", "7"],
+        &["diff", f, f, "--device", "7"],
+        &["profile", f, "--device", "7", "-o", x],
+        &["doctor", "--json", f, "--device", "7"],
+    ];
+    for args in runs {
+        let out = memscape(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("no device 7") && err.contains("device 0"), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?} printed a result");
+    }
+    assert!(!never.exists(), "no profile written");
+    // The device the file has still works.
+    assert!(memscape(&["doctor", f, "--device", "0"]).status.success());
+}

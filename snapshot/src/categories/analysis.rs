@@ -724,15 +724,11 @@ impl Analysis {
 /// The optimizer a `torch.optim` annotation of the device names (`Optimizer.step#AdamW.step`).
 fn optimizer_annotation(snap: &Snapshot, device: usize) -> Option<Named> {
     let mut seen = rustc_hash::FxHashSet::default();
-    snap.external_annotations
-        .iter()
-        .flatten()
-        .filter(|a| (a.device < 0 || a.device == device as i64) && seen.insert(a.name))
-        .find_map(|a| {
-            let text = snap.str(a.name);
-            annotation_optimizer(text)
-                .map(|name| Named { name: name.to_string(), by: format!("named by the annotation {text}") })
-        })
+    snap.external_annotations.iter().flatten().filter(|a| a.on_device(device) && seen.insert(a.name)).find_map(|a| {
+        let text = snap.str(a.name);
+        annotation_optimizer(text)
+            .map(|name| Named { name: name.to_string(), by: format!("named by the annotation {text}") })
+    })
 }
 
 /// The optimizer a frame of an optimizer step's stack names (`torch/optim/adamw.py`).

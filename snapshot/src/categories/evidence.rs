@@ -100,7 +100,7 @@ pub struct Span {
 /// opened before it and still open: a count over the opening order (a Fenwick tree), so a
 /// file with many STARTs that never end costs O(n log n), not a scan per END.
 pub fn spans(snap: &Snapshot, device: usize) -> Vec<Span> {
-    let mine = |a: &&crate::model::Annotation| a.device < 0 || a.device == device as i64;
+    let mine = |a: &&crate::model::Annotation| a.on_device(device);
     let all = || snap.external_annotations.iter().flatten().filter(mine);
     let n_starts = all().filter(|a| snap.str(a.stage) == "START").count();
     // Opened spans in order, whether each is still open, and a count of the open ones.

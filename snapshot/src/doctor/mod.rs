@@ -23,7 +23,8 @@ pub mod advice;
 pub mod figures;
 pub mod holders;
 mod layers;
-pub mod settings;
+/// The allocator settings, read where the replay reads them ([`crate::settings`]).
+pub use crate::settings;
 pub mod verdict;
 pub mod whatif;
 

@@ -1566,7 +1566,7 @@ impl Vm {
                     slots[usize::from(e.action == Action::FreeRequested)] = s as u64;
                 }
             }
-            Action::Free | Action::FreeCompleted => {
+            a if a.ends_allocation() => {
                 for s in self.frames_slots.remove(&addr).unwrap_or([u64::MAX; 2]) {
                     if s != u64::MAX {
                         self.memo.forget_stack(s as usize);

@@ -140,8 +140,8 @@ fn count_actions(trace: &Trace, kind: TimelineKind) -> (usize, usize) {
         match (kind, trace.action(i)) {
             (TimelineKind::Blocks, Action::Alloc)
             | (TimelineKind::Segments, Action::SegmentAlloc | Action::SegmentMap) => n_alloc += 1,
-            (TimelineKind::Blocks, Action::Free | Action::FreeCompleted)
-            | (TimelineKind::Segments, Action::SegmentFree | Action::SegmentUnmap) => n_free += 1,
+            (TimelineKind::Blocks, a) if a.ends_allocation() => n_free += 1,
+            (TimelineKind::Segments, Action::SegmentFree | Action::SegmentUnmap) => n_free += 1,
             _ => {}
         }
     }
@@ -163,7 +163,7 @@ fn pair_blocks(trace: &Trace, paired: &mut Paired) -> FxHashMap<u64, u32> {
                 let id = paired.alloc(trace.addr(i), trace.size(i), i, trace.frames(i));
                 pending.insert(trace.addr(i), id);
             }
-            Action::Free | Action::FreeCompleted => match pending.remove(&trace.addr(i)) {
+            a if a.ends_allocation() => match pending.remove(&trace.addr(i)) {
                 Some(id) => paired.free(id, i),
                 None => paired.unmatched_free(trace, i),
             },

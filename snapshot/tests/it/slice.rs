@@ -198,6 +198,30 @@ fn windows_are_chosen_by_entries_time_and_annotation_and_refused_with_a_reason()
     assert!(slice::devices(&snap, Some(7)).unwrap_err().contains("device 7 has no trace"));
 }
 
+#[test]
+fn an_annotation_of_device_minus_one_is_on_every_device_as_the_categories_and_diff_read_it() {
+    // PyTorch records -1 for a record_function on a thread with no current device.
+    let mut snap = snapshot::synth::generate(&snapshot::synth::Options {
+        seed: 3,
+        target_entries: 6_000,
+        devices: 2,
+        ..Default::default()
+    });
+    for a in snap.external_annotations.iter_mut().flatten() {
+        a.device = -1;
+    }
+    // The optimizer step's: it allocates (the first zero_grad frees nothing).
+    let name = snap.external_annotations.iter().flatten().map(|a| snap.str(a.name)).find(|n| n.ends_with(".step"));
+    let name = name.unwrap().to_string();
+    for d in [0, 1] {
+        let r =
+            slice::resolve(&snap, d, &Window::Annotation(name.clone())).unwrap_or_else(|e| panic!("device {d}: {e}"));
+        assert!(r.end > r.start, "device {d}: {r:?}");
+        let (cut, _) = slice::slice(&snap, &Window::Annotation(name.clone()), &[d], "f").unwrap();
+        assert!(!cut.external_annotations.unwrap().is_empty(), "device {d}: the slice keeps the annotation");
+    }
+}
+
 /// `bytes` read keeping each trace's last `n` entries, fed in chunks of 1 to 64 KiB.
 fn read_last(bytes: &[u8], n: u64, rng: &mut crate::Rng) -> snapshot::Snapshot {
     read_windowed(bytes, snapshot::Limits { keep_last_entries: Some(n), ..Default::default() }, rng)

@@ -67,6 +67,9 @@ fn check(dir: &Path) -> Result<Vec<String>, Vec<String>> {
             failed.push(format!("{model} {key}: the prediction is {err:+.1}% off, {then:+.1}% when measured"));
         }
     }
+    if table.is_empty() && failed.is_empty() {
+        failed.push(format!("{}: results.json holds no measured row to check", dir.display()));
+    }
     if failed.is_empty() {
         Ok(table)
     } else {
@@ -78,7 +81,10 @@ fn check(dir: &Path) -> Result<Vec<String>, Vec<String>> {
 fn predictions_for_the_runs_measured_on_a_gpu_stay_within_their_measured_error() {
     let dir = kept();
     if !dir.join("results.json").exists() {
-        eprintln!("skipped: {} holds no measured runs yet (python/whatif-check makes them on a GPU)", dir.display());
+        testkit::skipped(&format!(
+            "{} holds no measured runs yet (python/whatif-check makes them on a GPU)",
+            dir.display()
+        ));
         return;
     }
     match check(&dir) {
@@ -139,5 +145,9 @@ fn the_checker_passes_measured_runs_and_fails_a_prediction_that_drifted() {
     let failed = check(&dir).expect_err("a drifted prediction");
     assert!(failed.iter().any(|f| f.contains("loop batch:x2") && f.contains("when measured")), "{failed:?}");
     assert!(failed.iter().any(|f| f.contains("its snapshot's peak")), "{failed:?}");
+    // Results with nothing measured in them are no pass.
+    write(&rows[3..]);
+    let failed = check(&dir).expect_err("nothing to check");
+    assert!(failed.iter().any(|f| f.contains("no measured row")), "{failed:?}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
