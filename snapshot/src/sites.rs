@@ -65,6 +65,13 @@ pub struct TraceLine<'a> {
     pub name: &'a str,
 }
 
+impl std::fmt::Display for TraceLine<'_> {
+    /// `file:line:name`, as call sites are written.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}:{}", self.file, self.line, self.name)
+    }
+}
+
 /// The `File "...", line N, in name` lines of a Python traceback as `traceback` formats it
 /// (the original model code of an FX node), outermost first as written.
 pub fn traceback_lines(text: &str) -> Vec<TraceLine<'_>> {
@@ -109,7 +116,7 @@ pub fn forward_frames(snap: &Snapshot, extras: &[(crate::StrId, crate::Value)]) 
 /// Where a forward traceback was in the user's code: its innermost user line,
 /// `file:line:name` as call sites are named.
 pub fn forward_site(text: &str) -> Option<String> {
-    innermost_user_line(text).map(|t| format!("{}:{}:{}", t.file, t.line, t.name))
+    innermost_user_line(text).map(|t| t.to_string())
 }
 
 /// Frames PyTorch's allocator and unwinder add at the top of every C++ stack, and the
@@ -243,12 +250,17 @@ fn cpp_site(snap: &Snapshot, stack: StackId) -> Option<String> {
 /// is neither hidden by PyTorch's filter nor the allocator's or the unwinder's own.
 pub fn call_site(snap: &Snapshot, stack: StackId) -> Option<FrameId> {
     let ids = snap.stacks.get(stack);
-    let frame = |id: &FrameId| &snap.frames[id.0 as usize];
-    ids.iter()
-        .find(|id| !is_library(snap, frame(id)) || original_line(snap, frame(id)).is_some())
-        .or_else(|| ids.iter().find(|id| is_py(snap.str(frame(id).filename))))
-        .copied()
-        .or_else(|| fallback_frame(snap, ids))
+    let py = |id: &&FrameId| snap.frames.get(id.0 as usize).is_some_and(|f| is_py(snap.str(f.filename)));
+    user_frame(snap, stack).or_else(|| ids.iter().find(py).copied()).or_else(|| fallback_frame(snap, ids))
+}
+
+/// A Python frame as a call site: the original model code's line behind compiled code, else
+/// its own `file:line:name`.
+fn frame_site(snap: &Snapshot, f: &Frame) -> String {
+    match original_line(snap, f) {
+        Some(t) => t.to_string(),
+        None => crate::frames::frame_line(snap, f),
+    }
 }
 
 /// The first of C++ `frames` (innermost first) that is neither hidden by PyTorch's filter nor
@@ -269,15 +281,12 @@ pub fn site_name(snap: &Snapshot, stack: Option<StackId>) -> String {
     let Some(s) = stack else { return "(no stack)".into() };
     let Some(id) = call_site(snap, s) else { return "(no frames)".into() };
     let f = &snap.frames[id.0 as usize];
-    if let Some(t) = original_line(snap, f) {
-        return format!("{}:{}:{}", t.file, t.line, t.name);
-    }
-    if !is_py(snap.str(f.filename)) {
+    if !is_py(snap.str(f.filename)) && original_line(snap, f).is_none() {
         if let Some(name) = cpp_site(snap, s) {
             return name;
         }
     }
-    crate::frames::frame_line(snap, f)
+    frame_site(snap, f)
 }
 
 /// A frame of Python code: a `.py` file, or code Python made (`<eval_with_key>.3`, `<string>`).
@@ -300,11 +309,7 @@ pub fn user_frame(snap: &Snapshot, stack: StackId) -> Option<FrameId> {
 /// The innermost line of the user's own code in a stack (or of the original model code
 /// behind compiled code), `file:line:name`; `None` when the stack has none.
 pub fn user_line(snap: &Snapshot, stack: StackId) -> Option<String> {
-    let f = &snap.frames[user_frame(snap, stack)?.0 as usize];
-    Some(match original_line(snap, f) {
-        Some(t) => format!("{}:{}:{}", t.file, t.line, t.name),
-        None => crate::frames::frame_line(snap, f),
-    })
+    Some(frame_site(snap, &snap.frames[user_frame(snap, stack)?.0 as usize]))
 }
 
 /// What an element of a timeline is charged to: its allocation's stack, never its free's.
