@@ -34,7 +34,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-#: The changes, by the doctor's keys (`Change::key` in snapshot/src/doctor/whatif.rs).
+#: The changes, by the doctor's keys (`Change::key` in core/doctor/src/whatif.rs).
 CHANGES = [
     "checkpointing",
     "bf16_activations",

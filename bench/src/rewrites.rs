@@ -1,7 +1,7 @@
 //! A snapshot pickle from a writer that rewrites memo slots, for the scaling check.
 //!
 //! Python's pickler never stores into a memo slot twice, and the reader's fast path relies on
-//! that to find a frames list it has seen before by its bytes (`snapshot/src/read/seen.rs`).
+//! that to find a frames list it has seen before by its bytes (`core/format/src/read/seen.rs`).
 //! A rewrite makes the reader stop doing so; this file makes sure that costs the same
 //! whatever was remembered before: the first half of its entries have frames lists all
 //! different, and each entry of the second half follows a rewrite.

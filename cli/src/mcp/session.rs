@@ -329,8 +329,8 @@ impl Session {
         let index = dev.index.get_or_insert_with(|| StateIndex::build(snap, d));
         let entry = entry.or(n.checked_sub(1));
         let state = index.state_after(snap, entry);
-        let settings = snapshot::doctor::settings::settings(snap, d);
-        let f = snapshot::doctor::figures::layout(&state, &settings).figures(&state);
+        let settings = snapshot::settings::settings(snap, d);
+        let f = snapshot::layout::layout(&state, &settings).figures(&state);
         let pools: Vec<Value> = f
             .pools
             .iter()

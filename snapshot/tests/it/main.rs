@@ -7,6 +7,7 @@ mod corpus;
 mod doctor;
 mod flame;
 mod holders;
+mod layers;
 mod modern;
 mod persistent;
 mod pools;
