@@ -188,7 +188,7 @@ impl RankLoad {
             }
             RankLoad::Snapshot(l) => {
                 let name = l.name.clone();
-                let loaded = l.loader.finish().map_err(|e| crate::failed(&name, &e))?;
+                let loaded = l.loader.finish().map_err(|e| crate::loading::failed(&name, &e))?;
                 let snap = &loaded.snapshot;
                 let devices = snap.devices().len() as u32;
                 let d = snap.default_device().unwrap_or(0);

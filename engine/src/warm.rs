@@ -148,9 +148,12 @@ impl Warmup {
                     let entries = info.devices.iter().find(|d| d.device == device).map_or(0, |d| d.entries) as f64;
                     sent(&FromWorker::Load { id: DOC, event: LoadEvent::Loaded(info) });
                     match self.engine.docs.get(&DOC) {
-                        Some(doc) => {
-                            Stage::Layout { snap: Box::new(one_class(&doc.snap)), left: LAYOUTS, device, entries }
-                        }
+                        Some(doc) => Stage::Layout {
+                            snap: Box::new(one_class(doc.file.snapshot())),
+                            left: LAYOUTS,
+                            device,
+                            entries,
+                        },
                         None => Stage::View { i: 0, device, entries },
                     }
                 }

@@ -37,6 +37,8 @@ pub use memscape_replay::{
 };
 pub use memscape_synth as synth;
 
+pub mod document;
+
 pub use memscape_format::{
     Action, Annotation, Block, BlockState, Bound, DeviceInfo, Entry, ErrorKind, Format, Frame, FrameId, History,
     Limits, Loaded, PoolId, ReadError, Root, Segment, Snapshot, StackId, Stacks, StrId, Strings, Trace, Value, Warning,

@@ -8,12 +8,12 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
-use snapshot::categories::{Categories, Category, Compiled};
+use snapshot::categories::{self, Categories, Category, Compiled};
 use snapshot::check::Budgets;
 use snapshot::doctor::{Change, Report};
-use snapshot::state::StateIndex;
+use snapshot::document::{Document, Stamp};
 use snapshot::stats::{format_size, Summary};
-use snapshot::timeline::{Timeline, TimelineKind};
+use snapshot::timeline::Timeline;
 use snapshot::Snapshot;
 
 use crate::input::load;
@@ -23,23 +23,19 @@ pub(crate) fn bytes(b: u64) -> Value {
     json!({ "bytes": b, "human": format_size(i128::from(b)) })
 }
 
-/// One device of an open file, analysed as far as the tools asked.
-struct Device {
-    tl: Timeline,
-    cats: Categories,
-    index: Option<StateIndex>,
-    doctor: Option<Report>,
+/// One device of an open file, as the tools read it.
+struct Device<'a> {
+    tl: &'a Timeline,
+    cats: &'a Categories,
+    report: &'a categories::Report,
 }
 
 /// One open file.
 struct Open {
-    /// Its size and modification time when it was read: a file re-recorded since is read again.
-    stamp: Option<(u64, std::time::SystemTime)>,
-    snap: Snapshot,
+    /// The snapshot and its analyses, made when a tool first needs them.
+    doc: Document,
     warnings: Vec<String>,
     summary: Summary,
-    reports: Vec<snapshot::categories::Report>,
-    devices: HashMap<usize, Device>,
 }
 
 /// The open files, by their absolute path.
@@ -50,9 +46,9 @@ pub(crate) struct Session {
 }
 
 /// A file's size and modification time (`None` where the file system does not say).
-fn stamp(path: &Path) -> Option<(u64, std::time::SystemTime)> {
+fn stamp(path: &Path) -> Option<Stamp> {
     let m = std::fs::metadata(path).ok()?;
-    Some((m.len(), m.modified().ok()?))
+    Some(Stamp { bytes: m.len(), modified: m.modified().ok()? })
 }
 
 /// A tool's error, in words for the model.
@@ -62,52 +58,47 @@ impl Session {
     fn open_file(&mut self, path: &str) -> Result<(&mut Open, PathBuf), String> {
         let abs = std::path::absolute(Path::new(path)).map_err(|e| format!("{path}: {e}"))?;
         let stamp = stamp(&abs);
-        if self.files.get(&abs).is_some_and(|open| open.stamp != stamp || stamp.is_none()) {
+        if self.files.get(&abs).is_some_and(|open| open.doc.is_stale(stamp)) {
             // Written again since it was read (the agent's loop: re-record, ask again).
             self.files.remove(&abs);
         }
         if !self.files.contains_key(&abs) {
             let loaded = load(&abs).map_err(|e| format!("{e:#}"))?;
             let snap = loaded.snapshot;
-            // The statistics lay out every device's blocks timeline: its categories are made on
-            // it and both are kept for the other tools.
-            let (mut reports, mut devices) = (Vec::new(), HashMap::new());
-            let rules = &self.rules;
-            let summary = snapshot::stats::summary_with(&snap, |tl| {
-                let cats = snapshot::categories::analyze(&snap, &tl, rules);
-                reports.push(cats.report(&tl, rules.rules()));
-                devices.insert(tl.device(), Device { tl, cats, index: None, doctor: None });
-            });
+            // The statistics lay out every device's blocks timeline: the document keeps them for
+            // the other tools.
+            let mut laid = Vec::new();
+            let summary = snapshot::stats::summary_with(&snap, |tl| laid.push(tl));
+            let mut doc = Document::new(snap, self.rules.clone()).with_stamp(stamp);
+            for tl in laid {
+                doc.keep_blocks(tl);
+            }
             let warnings = loaded.warnings.iter().map(ToString::to_string).collect();
-            let open = Open { stamp, snap, warnings, summary, reports, devices };
-            self.files.insert(abs.clone(), open);
+            self.files.insert(abs.clone(), Open { doc, warnings, summary });
         }
         let open = self.files.get_mut(&abs).ok_or("not open")?;
         Ok((open, abs))
     }
 
-    /// The device asked for, or the one the doctor would diagnose.
+    /// The device asked for, or the one the doctor would diagnose, with its categories.
     fn device<'a>(
         &'a mut self,
         path: &str,
         device: Option<usize>,
-    ) -> Result<(&'a Snapshot, &'a mut Device, &'a Summary, usize), String> {
-        let rules = self.rules.clone();
+    ) -> Result<(&'a Snapshot, Device<'a>, &'a Summary, usize), String> {
         let (open, _) = self.open_file(path)?;
-        let d = open.snap.pick_device(device).map_err(|e| format!("{path}: {e}"))?;
-        let snap = &open.snap;
-        let dev = open.devices.entry(d).or_insert_with(|| {
-            let tl = Timeline::build(snap, d, TimelineKind::Blocks);
-            let cats = snapshot::categories::analyze(snap, &tl, &rules);
-            Device { tl, cats, index: None, doctor: None }
-        });
-        Ok((snap, dev, &open.summary, d))
+        let d = open.doc.snapshot().pick_device(device).map_err(|e| format!("{path}: {e}"))?;
+        open.doc.categories(d as u32);
+        let Open { doc, summary, .. } = open;
+        let (cats, report) = doc.categories_made(d as u32).ok_or("no categories")?;
+        let tl = doc.blocks_made(d as u32).ok_or("no timeline")?;
+        Ok((doc.snapshot(), Device { tl, cats, report }, summary, d))
     }
 
     /// `open`: reads a file once and says what it holds.
     pub(crate) fn open(&mut self, path: &str) -> Answer {
         let (open, abs) = self.open_file(path)?;
-        let snap = &open.snap;
+        let snap = open.doc.snapshot();
         let devices: Vec<Value> = open
             .summary
             .devices
@@ -134,15 +125,14 @@ impl Session {
     /// `stats`: one device's statistics and categories, as `memscape stats --json` has them
     /// (iterations and leaks cut to `limit`).
     pub(crate) fn stats(&mut self, path: &str, device: Option<usize>, limit: usize) -> Answer {
-        let (_, _, summary, d) = self.device(path, device)?;
-        let dev = summary
+        let (_, dev, summary, d) = self.device(path, device)?;
+        let stats = summary
             .devices
             .iter()
             .find(|s| s.device == d as i64)
             .ok_or(format!("{path}: device {d} has no statistics"))?;
-        let mut device_json = serde_json::to_value(dev).map_err(|e| e.to_string())?;
-        let (open, _) = self.open_file(path)?;
-        let report = open.reports.iter().find(|r| r.device as usize == d);
+        let mut device_json = serde_json::to_value(stats).map_err(|e| e.to_string())?;
+        let report = Some(dev.report);
         let mut cats = report.map(|r| serde_json::to_value(r).unwrap_or(Value::Null)).unwrap_or(Value::Null);
         for key in ["iterations", "leaks", "rules"] {
             cut(&mut cats, &[key], limit);
@@ -157,12 +147,9 @@ impl Session {
     }
 
     fn doctor_report(&mut self, path: &str, device: Option<usize>) -> Result<(Report, usize), String> {
-        let (snap, dev, _, d) = self.device(path, device)?;
-        if dev.doctor.is_none() {
-            let index = dev.index.get_or_insert_with(|| StateIndex::build(snap, d));
-            dev.doctor = Some(snapshot::doctor::diagnose(snap, &dev.tl, &dev.cats, index));
-        }
-        Ok((dev.doctor.clone().ok_or("no report")?, d))
+        let (open, _) = self.open_file(path)?;
+        let d = open.doc.snapshot().pick_device(device).map_err(|e| format!("{path}: {e}"))?;
+        Ok((open.doc.doctor(d as u32).clone(), d))
     }
 
     /// `doctor`: every out-of-memory error with its figures, verdict, holders and advice; the
@@ -190,7 +177,7 @@ impl Session {
             }
             changes.push(Change::Batch(k));
         }
-        let w = snapshot::doctor::what_if(snap, &dev.tl, &dev.cats, &changes);
+        let w = snapshot::doctor::what_if(snap, dev.tl, dev.cats, &changes);
         let rows: Vec<Value> = w
             .iter()
             .map(|w| {
@@ -209,7 +196,7 @@ impl Session {
     /// inferred of memory alive before the recording.
     pub(crate) fn categories(&mut self, path: &str, device: Option<usize>, step: Option<u32>) -> Answer {
         let (_, dev, _, d) = self.device(path, device)?;
-        let (tl, cats) = (&dev.tl, &dev.cats);
+        let (tl, cats) = (dev.tl, dev.cats);
         let (step, b) = match step {
             Some(s) if s < tl.n_steps() => (s, cats.bytes_at(tl, s)),
             Some(s) => return Err(format!("step {s} is past the last ({})", tl.n_steps().saturating_sub(1))),
@@ -237,7 +224,7 @@ impl Session {
     pub(crate) fn largest(&mut self, path: &str, device: Option<usize>, step: Option<u32>, limit: usize) -> Answer {
         let rules = self.rules.rules().clone();
         let (snap, dev, _, d) = self.device(path, device)?;
-        let (tl, cats) = (&dev.tl, &dev.cats);
+        let (tl, cats) = (dev.tl, dev.cats);
         let step = step.unwrap_or_else(|| tl.peak_step());
         if step >= tl.n_steps().max(1) {
             return Err(format!("step {step} is past the last ({})", tl.n_steps().saturating_sub(1)));
@@ -268,7 +255,7 @@ impl Session {
     /// `flame`: the lines of the user's code holding the most at `step` (default: the peak).
     pub(crate) fn flame(&mut self, path: &str, device: Option<usize>, step: Option<u32>, limit: usize) -> Answer {
         let (snap, dev, _, d) = self.device(path, device)?;
-        let tl = &dev.tl;
+        let tl = dev.tl;
         let at = match step {
             Some(s) => snapshot::flame::At::Step(s.min(tl.n_steps().saturating_sub(1))),
             None => snapshot::flame::peak(tl),
@@ -300,7 +287,7 @@ impl Session {
             m => return Err(format!("mode {m:?}: one of text, regex, address, site")),
         };
         let (snap, dev, _, d) = self.device(path, device)?;
-        let found = snapshot::search::find(snap, &dev.tl, &q)?;
+        let found = snapshot::search::find(snap, dev.tl, &q)?;
         let rows: Vec<Value> = found
             .iter()
             .take(limit)
@@ -321,14 +308,15 @@ impl Session {
     /// `state`: the allocator's state after trace entry `entry` (default: the end): reserved,
     /// allocated, free in the cache, the largest free block, per pool.
     pub(crate) fn state(&mut self, path: &str, device: Option<usize>, entry: Option<usize>) -> Answer {
-        let (snap, dev, _, d) = self.device(path, device)?;
-        let n = snap.trace(d).len();
+        let (open, _) = self.open_file(path)?;
+        let d = open.doc.snapshot().pick_device(device).map_err(|e| format!("{path}: {e}"))?;
+        let n = open.doc.snapshot().trace(d).len();
         if entry.is_some_and(|e| e >= n) {
             return Err(format!("entry {} is past the last ({})", entry.unwrap_or(0), n.saturating_sub(1)));
         }
-        let index = dev.index.get_or_insert_with(|| StateIndex::build(snap, d));
         let entry = entry.or(n.checked_sub(1));
-        let state = index.state_after(snap, entry);
+        let state = open.doc.state_after(d as u32, entry);
+        let snap = open.doc.snapshot();
         let settings = snapshot::settings::settings(snap, d);
         let f = snapshot::layout::layout(&state, &settings).figures(&state);
         let pools: Vec<Value> = f
@@ -355,8 +343,9 @@ impl Session {
         if let Some(p) = crate::ranks::read_profile(Path::new(path)).map_err(|e| format!("{e:#}"))? {
             return Ok(p.profile);
         }
-        let (snap, dev, _, _) = self.device(path, device)?;
-        Ok(snapshot::diff::profile(snap, &dev.tl, &dev.cats))
+        let (open, _) = self.open_file(path)?;
+        let d = open.doc.snapshot().pick_device(device).map_err(|e| format!("{path}: {e}"))?;
+        Ok(open.doc.profile(d as u32))
     }
 
     /// `diff`: two runs compared, as `memscape diff --json` (lists cut to `limit`, the curve
