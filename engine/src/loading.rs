@@ -3,7 +3,20 @@
 
 use snapshot::{Limits, Loader};
 
-use crate::protocol::*;
+use serde::{Deserialize, Serialize};
+
+/// Which entries of each trace a windowed read keeps (file indices).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReadWindow {
+    /// The last N.
+    Last(u64),
+    /// Entries `start..end` (`end` past the trace: to its end).
+    Entries(u64, u64),
+}
+
+/// The entries of each trace a file too large to read whole keeps when it opens: its last
+/// twenty million (1.75 GB in the worker for a generated 10 GB file: `e2e/bench-window.mjs`).
+pub const WINDOW_ENTRIES: u64 = 20_000_000;
 
 /// A file being read, chunk by chunk.
 pub struct Loading {
@@ -63,7 +76,7 @@ impl Loading {
     /// After a failed [`Loading::feed`]: whether the file failed only for being too large to
     /// read whole though its size said otherwise (a compressed file whose pickle passes the
     /// limit as it decompresses, or a model over the memory limit). Read again as the window
-    /// of its last [`WINDOW_ENTRIES`](protocol::WINDOW_ENTRIES) events, it would open.
+    /// of its last [`WINDOW_ENTRIES`](WINDOW_ENTRIES) events, it would open.
     pub fn window_would_open(&self) -> bool {
         self.too_large
     }

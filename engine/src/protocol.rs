@@ -181,18 +181,7 @@ pub enum Finished {
     AllocatorState,
 }
 
-/// Which entries of each trace a windowed read keeps (file indices).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum ReadWindow {
-    /// The last N.
-    Last(u64),
-    /// Entries `start..end` (`end` past the trace: to its end).
-    Entries(u64, u64),
-}
-
-/// The entries of each trace a file too large to read whole keeps when it opens: its last
-/// twenty million (1.75 GB in the worker for a generated 10 GB file: `e2e/bench-window.mjs`).
-pub const WINDOW_ENTRIES: u64 = 20_000_000;
+pub use crate::loading::{ReadWindow, WINDOW_ENTRIES};
 
 /// The load id of the bundled example, which the page's early worker (started by
 /// `index.html`) reads by itself; the page's own load ids start after it.

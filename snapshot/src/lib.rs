@@ -6,10 +6,10 @@
 //! - `memscape-format`: [`read()`] / [`Loader`] (bytes, whole or in chunks, to a [`Snapshot`];
 //!   raw pickles, gzip, zstd, JSON and `_memory_viz.py` HTML pages recognised by content), the
 //!   model (interned strings, a frame and a stack table, segments, one columnar [`Trace`] per
-//!   device), [`write`] (a pickle PyTorch's tools load) and [`units`].
+//!   device), [`write`](mod@write) (a pickle PyTorch's tools load) and [`units`].
 //! - `memscape-replay`: [`timeline`], [`state`] and [`layout`] (the allocator after any event),
 //!   [`pools`], [`frames`] and [`sites`], [`labels`], [`history`], [`host`], [`merge`] (PyTorch's
-//!   snapshot and a driver capture together), [`slice`] and [`search`].
+//!   snapshot and a driver capture together), [`slice`](mod@slice) and [`search`].
 //! - `memscape-analysis`: [`categories`] (what the memory is for), [`stats`], [`flame`] (what
 //!   is alive, by call stack).
 //! - `memscape-doctor`: [`doctor`] (why it ran out of memory, and what-if budgets).

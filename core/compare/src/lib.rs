@@ -10,7 +10,7 @@ use memscape_format::{model, units};
 use memscape_replay::{frames, sites, timeline};
 
 pub mod check;
-/// Fields of the diff's plain structs are named for what they hold (`a`, `b`, `bytes`).
+// Fields of the diff's plain structs are named for what they hold (`a`, `b`, `bytes`).
 #[allow(missing_docs)]
 pub mod diff;
 pub mod ranks;

@@ -8,7 +8,7 @@
 //!   replay layer settles (`snapshot::read` does it).
 //! - [`model`]: interned strings, a frame and a stack table, segments, and one columnar
 //!   [`Trace`] per device.
-//! - [`write`] produces a pickle that PyTorch's tools load; [`units`] writes sizes in words.
+//! - [`write`](mod@write) produces a pickle that PyTorch's tools load; [`units`] writes sizes in words.
 #![deny(missing_docs)]
 
 pub mod error;

@@ -81,7 +81,7 @@ pub struct WindowInfo {
     pub ranges: Vec<Range>,
 }
 
-/// What [`slice`] made, beside the snapshot.
+/// What [`slice()`] made, beside the snapshot.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Sliced {
     /// Each kept device's range.
@@ -216,10 +216,10 @@ pub fn slice(snap: &Snapshot, window: &Window, devices: &[usize], source: &str) 
     Ok((out, sliced))
 }
 
-/// Finishes a windowed read of a range ([`crate::Limits::keep_entries`]): each device's
+/// Finishes a windowed read of a range ([`memscape_format::Limits::keep_entries`]): each device's
 /// segments become the allocator state where its window ends, found by undoing what the read
 /// kept of the entries after it from the final segments; pinned host memory is left out, as
-/// [`slice`] leaves it.
+/// [`slice()`] leaves it.
 pub fn settle_tails(snap: &mut Snapshot) {
     let types = (snap.strings.intern("large"), snap.strings.intern("small"));
     snap.host_segments = None;
@@ -253,7 +253,7 @@ pub fn settle_tails(snap: &mut Snapshot) {
     snap.segments.sort_by_key(|s| s.device);
 }
 
-/// Marks a windowed read ([`crate::Limits::keep_last_entries`], `keep_entries`) as a window of `source`:
+/// Marks a windowed read ([`memscape_format::Limits::keep_last_entries`], `keep_entries`) as a window of `source`:
 /// each trace's range of the file's entries, from what the read left out.
 pub fn mark_window(snap: &mut Snapshot, source: &str, window: &Window) {
     let ranges = (0..snap.n_trace_lists())

@@ -216,7 +216,7 @@ impl Default for Options {
 }
 
 impl Options {
-    /// Options for a pickle of about `bytes` bytes (written with [`crate::write`]).
+    /// Options for a pickle of about `bytes` bytes (written with [`memscape_format::write`]).
     pub fn for_bytes(bytes: u64) -> Self {
         Options { target_entries: (bytes / 100).max(100) as usize, ..Default::default() }
     }

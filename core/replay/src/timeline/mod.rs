@@ -60,7 +60,7 @@ pub struct Element {
     /// an unmatched free (the free's stack, `free_entry`'s, is where it went, not where it was
     /// made; `sites::Charge` is the one rule for what an element is charged to).
     pub stack: Option<StackId>,
-    /// For snapshot elements: the index of its segment in [`Snapshot::segments`].
+    /// For snapshot elements: the index of its segment in [`Snapshot::segments`](crate::model::Snapshot::segments).
     pub segment: Option<u32>,
     /// Position in the stacking order (lower is drawn below).
     pub order: u32,
