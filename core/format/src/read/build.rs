@@ -2,7 +2,9 @@
 
 use std::collections::BTreeMap;
 
-use super::vm::{Kind, PVal, Vm, KNOWN_ENTRY_EXTRAS, MAX_DEPTH};
+use super::pval::{Kind, PVal};
+use super::schema::{KNOWN_ENTRY_EXTRAS, MAX_DEPTH};
+use super::vm::Vm;
 use crate::error::{ErrorKind, ReadError, Warning};
 use crate::intern::StrId;
 use crate::model::{Annotation, Block, BlockState, History, Root, Segment, Snapshot, StackId, Trace};

@@ -7,7 +7,7 @@
 //! to stay in cache. Tried and dropped (each about a quarter slower to read, natively or in
 //! V8): slots packed into 8 bytes (decoding them), and chunks as filled fixed-size arrays.
 
-use super::vm::PVal;
+use super::pval::PVal;
 use crate::model::StackId;
 
 /// Slots a chunk holds (16 bytes each: 256 KiB).

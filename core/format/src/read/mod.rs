@@ -2,9 +2,18 @@
 //!
 //! The format is chosen by content: a raw pickle (protocols 0 to 5), a gzip stream holding
 //! one, JSON, or an HTML page written by `_memory_viz.py` (base64 pickle in `local_files`).
+//!
+//! Module map: this file recognises the container format and feeds the pickle to `vm`, the
+//! pickle machine (with its children under `vm/`), which keeps its memo in `memo` and the
+//! frames lists it has read in `seen`; `build` turns the machine's finished arena into a
+//! [`Snapshot`]. Leaves that import none of these: `pval` (the machine's values and arena
+//! slots), `schema` (the known keys), `limits` (the public [`Limits`]).
 
 mod build;
+mod limits;
 mod memo;
+mod pval;
+mod schema;
 mod seen;
 mod vm;
 
@@ -12,11 +21,12 @@ use std::io::Write as _;
 
 use base64::Engine as _;
 
-pub use vm::Limits;
+pub use limits::Limits;
 
 use crate::error::{ErrorKind, ReadError, Warning};
 use crate::model::Snapshot;
-use vm::{Kind, PVal, Vm};
+use pval::{Kind, PVal};
+use vm::Vm;
 
 /// The container format a snapshot was read from.
 #[derive(Clone, Debug, PartialEq, Eq)]
