@@ -2,7 +2,8 @@
 //! (and `cargo run -p bench -- scale`: how the cost of every analysis grows, see `scale.rs`;
 //! `cargo run --release -p bench -- ranks`: `memscape ranks` on 64 and 1,000 profiles, see
 //! `ranks.rs`; `open` and `pan`: the viewer's worker on given files, natively, see `open.rs`
-//! and `pan.rs`)
+//! and `pan.rs`; `plotters`: the viewer's raster against plotters on the same bands, see
+//! `plotters.rs`)
 //!
 //! Generates snapshots with `snapshot::synth`, then measures, each in a fresh process so
 //! peak resident memory is honest: this reader, `pickled` (a correct general pickle reader)
@@ -18,6 +19,7 @@ use serde_json::json;
 
 mod open;
 mod pan;
+mod plotters;
 mod ranks;
 mod rewrites;
 mod scale;
@@ -229,6 +231,7 @@ fn main() -> anyhow::Result<()> {
         Some("ranks") => return ranks::main(&args[1..]),
         Some("open") => return open::main(&args[1..]),
         Some("pan") => return pan::main(&args[1..]),
+        Some("plotters") => return plotters::main(&args[1..]),
         _ => {}
     }
     let mut sizes = vec!["100M".to_string(), "1G".to_string()];
