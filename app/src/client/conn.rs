@@ -10,7 +10,6 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use web_sys::{ErrorEvent, MessageEvent, Worker};
 
-use super::early::Early;
 use super::{AnalysedHandler, LoadHandler};
 use crate::wire::{self, Envelope};
 
@@ -82,28 +81,6 @@ impl Conn {
             analysed: analysed.clone(),
             spawned,
         })
-    }
-
-    /// Becomes the early worker's listener, in a task of its own (after the caller's, which
-    /// may still be setting up the load that the messages report on): first the messages it
-    /// sent before, then the next ones as they come.
-    pub(super) fn take_over(self: &Rc<Self>, early: Early) {
-        let conn = self.clone();
-        wasm_bindgen_futures::spawn_local(async move {
-            conn.listen();
-            let held: js_sys::Array = early.get("messages").dyn_into().unwrap_or_default();
-            for m in held.iter() {
-                conn.receive(m);
-            }
-            if let Some(why) = early.get("error").as_string() {
-                conn.died(&why);
-            }
-            // The script's hold on the worker, its messages and the example's bytes goes (a
-            // closed tab's file is not kept by it).
-            for key in ["worker", "messages", "blob"] {
-                let _ = js_sys::Reflect::set(&early.0, &JsValue::from_str(key), &JsValue::NULL);
-            }
-        });
     }
 
     /// Hears the worker's messages and its end.

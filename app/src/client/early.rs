@@ -48,9 +48,31 @@ impl Early {
         }
     }
 
-    /// A connection to the worker, not yet its listener ([`Conn::take_over`]).
+    /// A connection to the worker, not yet its listener ([`Early::hand_over`]).
     pub(super) fn conn(&self, name: &str, blob: &web_sys::Blob, analysed: &AnalysedHandler) -> Option<Rc<Conn>> {
         let worker = self.get("worker").dyn_into::<Worker>().ok()?;
         Some(Conn::new(worker, name, blob, analysed, self.get("at").as_f64().unwrap_or(0.0)))
+    }
+
+    /// Makes `conn` (from [`Early::conn`]) the worker's listener, in a task of its own (after
+    /// the caller's, which may still be setting up the load that the messages report on):
+    /// first the messages the worker sent before, then the next ones as they come.
+    pub(super) fn hand_over(self, conn: &Rc<Conn>) {
+        let conn = conn.clone();
+        wasm_bindgen_futures::spawn_local(async move {
+            conn.listen();
+            let held: js_sys::Array = self.get("messages").dyn_into().unwrap_or_default();
+            for m in held.iter() {
+                conn.receive(m);
+            }
+            if let Some(why) = self.get("error").as_string() {
+                conn.died(&why);
+            }
+            // The script's hold on the worker, its messages and the example's bytes goes (a
+            // closed tab's file is not kept by it).
+            for key in ["worker", "messages", "blob"] {
+                let _ = js_sys::Reflect::set(&self.0, &JsValue::from_str(key), &JsValue::NULL);
+            }
+        });
     }
 }

@@ -290,7 +290,7 @@ impl Client {
             // A first view asked of it ahead is for the example, which never came.
             self.0.early_ahead.take();
             self.0.ahead.borrow_mut().remove(&EARLY_ID);
-            c.take_over(early);
+            early.hand_over(c);
         }
         let started = match adopted {
             Some(c) => Ok(c),
@@ -358,7 +358,7 @@ impl Client {
                 }
                 conn.load.replace(Some((EARLY_ID, handler)));
                 self.0.loading.borrow_mut().insert(EARLY_ID, conn.clone());
-                conn.take_over(early);
+                early.hand_over(&conn);
                 return EARLY_ID;
             }
         }

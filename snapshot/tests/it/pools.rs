@@ -1,12 +1,18 @@
 //! Private pools counted as PyTorch's "Allocated Memory (incl. Private Pools)" counts them,
-//! checked against the peaks PyTorch's own `process_alloc_data(snapshot, device, false, max,
-//! true)` gives on the small cases of its public tests (test/profiler/test_memory_viz.js,
-//! restated here as data: the trace, the final segments and PyTorch's `max_size`); where the
-//! file says better than PyTorch's rules use, the test says what we count and why
-//! (docs/pools.md). And on the corpus, which has no private pool, the count with pools is the
-//! timeline's own.
+//! on the small cases of PyTorch's own tests of `process_alloc_data(snapshot, device, false,
+//! max, true)` (test/profiler/test_memory_viz.js, restated here as data under its names: the
+//! trace, less the `free_requested` entries that `process_alloc_data` skips, and the final
+//! segments, their blocks filled in where that test leaves them out). PyTorch's code is not
+//! run here. Where its test asserts the peak (`max_size`), our peak is that figure, copied
+//! from it; where it asserts only the pool's envelope or a bound on the peak, that is
+//! checked, and the peak is ours, written as the arithmetic that derives it from the case's
+//! events (docs/pools.md lists which is which). The envelope timeline's totals are checked
+//! against totals worked out by hand, and against PyTorch's `max_at_time` on the one case
+//! whose test asserts it. Where the file says better than PyTorch's rules use, the test says
+//! what we count and why (docs/pools.md). And on the corpus, which has no private pool, the
+//! count with pools is the timeline's own.
 
-use snapshot::pools::{envelope_timeline, has_private, pools, InclPools};
+use snapshot::pools::{envelope_timeline, has_private, pools, InclPools, Pools};
 use snapshot::timeline::{LodQuery, Timeline, TimelineKind};
 use snapshot::{Action, Block, BlockState, Entry, PoolId, Segment, Snapshot, Trace};
 
@@ -70,8 +76,19 @@ fn incl(snap: &Snapshot) -> InclPools {
 
 use Action::{Alloc as A, FreeCompleted as FC, SegmentAlloc as SA, SegmentFree as SF, SegmentMap as MAP};
 
+/// Each pool's envelope at its tallest: before the first step, plus every growth.
+fn envelopes(p: &Pools) -> Vec<u64> {
+    let mut env = p.initial_envelopes.clone();
+    for &(_, k, bytes) in &p.growth {
+        env[k as usize] += bytes;
+    }
+    env
+}
+
+/// The cases whose test in PyTorch asserts the peak, `assertEqual(result.max_size, B)`: B is
+/// PyTorch's figure, copied from that test.
 #[test]
-fn the_peak_with_private_pools_is_pytorchs_on_its_own_cases() {
+fn the_peak_with_private_pools_is_pytorchs_where_its_test_asserts_it() {
     let s = 524_288;
     let (p, q) = (0x7f08_cde0_0000u64, 0x7f08_d280_0000u64);
     #[rustfmt::skip]
@@ -82,16 +99,13 @@ fn the_peak_with_private_pools_is_pytorchs_on_its_own_cases() {
          vec![(0x788c0000000, 83_886_080, (1, 42), 0, vec![])], 94_371_840),
         ("pool_alloc_then_free_normal", vec![(A, 2000, 500, 0, None), (FC, 2000, 500, 0, None)],
          vec![(0, 8192, (1, 7), 0, vec![])], 8192),
-        ("multiple_pool_frees_without_alloc",
-         vec![(FC, 1000, 500, 0, None), (FC, 2000, 500, 0, None), (FC, 3000, 500, 0, None)],
-         vec![(0, 16384, (1, 99), 0, vec![])], 16384),
         ("mixed_pool_and_nonpool",
          vec![(A, 100, 200, 0, None), (A, 5000, 400, 0, None), (FC, 100, 200, 0, None), (FC, 5000, 400, 0, None)],
          vec![(0, 4096, (0, 0), 0, vec![]), (4096, 8192, (1, 5), 0, vec![])], 8392),
         // The pool named on the trace entries, no segment at all.
-        ("pool_id_from_trace_event", vec![(A, 0xff0000, 1024, 0, Some((3, 15))), (FC, 0xff0000, 1024, 0, Some((3, 15)))],
-         vec![], 1024),
-        ("pool_id_from_trace_event_mixed",
+        ("post177717_pool_id_from_trace_event",
+         vec![(A, 0xff0000, 1024, 0, Some((3, 15))), (FC, 0xff0000, 1024, 0, Some((3, 15)))], vec![], 1024),
+        ("post177717_mixed_events_with_and_without_pool_id",
          vec![(A, 100, 300, 0, None), (A, 0xf000, 500, 0, Some((2, 8))), (FC, 100, 300, 0, None), (FC, 0xf000, 500, 0, Some((2, 8)))],
          vec![(0, 4096, (0, 0), 0, vec![])], 800),
         ("full_snapshot_private_pools",
@@ -99,27 +113,10 @@ fn the_peak_with_private_pools_is_pytorchs_on_its_own_cases() {
               (FC, p, s, 0, None), (FC, q, s, 0, None), (A, p, s, 0, None), (A, q, s, 0, None),
               (A, q + 0x80000, s, 0, None), (A, p + 0x80000, s, 0, None)],
          vec![(p, 2 * M, (0, 0), 0, vec![(s, true), (s, true), (M, false)]),
-              (q, 2 * M, (0, 1), 0, vec![(s, true), (s, true), (M, false)])], 3_145_728),
-        ("envelope_grows_on_segment_map",
-         vec![(MAP, 0x1000, 500, 0, None), (A, 0x1000, 500, 0, None), (FC, 0x1000, 500, 0, None),
-              (MAP, 0x1200, 400, 0, None), (A, 0x1200, 400, 0, None)],
-         vec![(0x1000, 900, (1, 10), 0, vec![(512, false), (388, false)])], 900),
-        ("envelope_from_initial_reserved", vec![(A, 0x2000, 300, 0, None)], vec![(0x2000, 2000, (1, 20), 0, vec![])], 2000),
-        ("envelope_segment_map_no_double_count", vec![(MAP, 0x3000, 600, 0, None), (A, 0x3000, 600, 0, None)],
-         vec![(0x3000, 600, (1, 30), 0, vec![])], 600),
-        // 0x4400 lies past the segment's 1,000 bytes: an allocation outside the pool.
-        ("envelope_active_exceeds_reserved",
-         vec![(MAP, 0x4000, 500, 0, None), (A, 0x4000, 800, 0, None), (A, 0x4400, 200, 0, None)],
-         vec![(0x4000, 1000, (1, 40), 0, vec![])], 1200),
+              (q, 2 * M, (0, 1), 0, vec![(s, true), (s, true), (M, false)])], 2 * s + 2_097_152),
         ("envelope_default_pool_unaffected",
          vec![(MAP, 100, 5000, 0, None), (A, 100, 200, 0, None), (FC, 100, 200, 0, None)],
          vec![(0, 5000, (0, 0), 0, vec![])], 200),
-        // Blocks alive before the trace, in a private pool and in the default one.
-        ("ghost_blocks_private_pool",
-         vec![(A, 0xe600000, 3 * M, 0, None), (A, 0x6a00000, 4 * M, 0, None)],
-         vec![(0x1e00000, 2 * M, (0, 1), 0, vec![(M, true), (M, false)]),
-              (0x6800000, 20 * M, (0, 0), 0, vec![(2 * M, true), (4 * M, true), (14 * M, false)]),
-              (0xe600000, 20 * M, (0, 1), 0, vec![(3 * M, true), (17 * M, false)])], 29_360_128),
     ];
     for (name, trace, segs, pytorch) in cases {
         let snap = snapshot(&trace, &segs);
@@ -127,6 +124,93 @@ fn the_peak_with_private_pools_is_pytorchs_on_its_own_cases() {
         assert_eq!(incl(&snap).peak_bytes, pytorch, "{name}: PyTorch's max_size");
         let summary = snapshot::stats::summary(&snap);
         assert_eq!(summary.devices[0].timeline_incl_private_pools.peak_bytes, pytorch, "{name}: stats");
+    }
+}
+
+/// A pool's reserved bytes before the trace: its final segments less what the trace's
+/// segment events added.
+fn before_trace(final_reserved: u64, added: u64) -> u64 {
+    final_reserved - added
+}
+
+/// A pool's envelope at its tallest: the larger of the most it reserved and the most it held
+/// at once (it never shrinks).
+fn envelope_of(reserved: u64, live: u64) -> u64 {
+    reserved.max(live)
+}
+
+/// What PyTorch's test asserts of a case whose peak it does not assert.
+enum Asserts {
+    /// `assertEqual(env_max, B)`: the pool's envelope at its tallest.
+    Envelope(u64),
+    /// `assert(result.max_size <= B)`.
+    PeakAtMost(u64),
+}
+
+/// The cases whose test in PyTorch asserts the pool's envelope, or a bound on the peak, but
+/// not the peak: what PyTorch asserts is checked, and the peak is ours, derived by hand from
+/// the case's events and written as that arithmetic: the pool's envelope ([`envelope_of`]),
+/// plus the default pool's live bytes at the peak. (Following `process_alloc_data` by hand
+/// gives the same peaks; its test does not assert them.)
+#[test]
+fn the_peak_is_ours_where_pytorchs_test_asserts_the_envelope_or_a_bound() {
+    use Asserts::{Envelope, PeakAtMost};
+    /// Name, trace, final segments, what PyTorch's test asserts, our peak.
+    type Case = (&'static str, Vec<E>, Vec<S>, Asserts, u64);
+    #[rustfmt::skip]
+    let cases: Vec<Case> = vec![
+        // Three blocks of the pool alive before recording, freed in it: reserved 16,384 (no
+        // segment event) over live 3 x 500 from the start.
+        ("multiple_pool_frees_without_alloc",
+         vec![(FC, 1000, 500, 0, None), (FC, 2000, 500, 0, None), (FC, 3000, 500, 0, None)],
+         vec![(0, 16384, (1, 99), 0, vec![])], PeakAtMost(16384),
+         envelope_of(before_trace(16_384, 0), 3 * 500)),
+        // Reserved before the trace 900 - (500 + 400) = 0, then + 500 (live 500), + 400 (live
+        // 400); nothing in the default pool.
+        ("envelope_grows_on_segment_map",
+         vec![(MAP, 0x1000, 500, 0, None), (A, 0x1000, 500, 0, None), (FC, 0x1000, 500, 0, None),
+              (MAP, 0x1200, 400, 0, None), (A, 0x1200, 400, 0, None)],
+         vec![(0x1000, 900, (1, 10), 0, vec![(512, false), (388, false)])], Envelope(900),
+         envelope_of(before_trace(900, 500 + 400) + 500 + 400, 500)),
+        // Reserved 2,000 (no segment event) over live 300; nothing in the default pool.
+        ("envelope_from_initial_reserved", vec![(A, 0x2000, 300, 0, None)],
+         vec![(0x2000, 2000, (1, 20), 0, vec![])], Envelope(2000),
+         envelope_of(before_trace(2000, 0), 300)),
+        // Reserved (600 - 600) + 600 over live 600; nothing in the default pool.
+        ("envelope_segment_map_no_double_count", vec![(MAP, 0x3000, 600, 0, None), (A, 0x3000, 600, 0, None)],
+         vec![(0x3000, 600, (1, 30), 0, vec![])], Envelope(600),
+         envelope_of(before_trace(600, 600) + 600, 600)),
+        // Reserved (1,000 - 500) + 500 over live 800; the 200 bytes at 0x4400 lie past the
+        // segment's end (0x4000 + 1,000 = 0x43e8): the default pool's, added on top. (PyTorch's
+        // test's comment counts them in the pool, live 1,000; its envelope is 1,000 either way,
+        // and process_alloc_data's own lookup, which checks the segment's end, puts them
+        // outside it as we do.)
+        ("envelope_active_exceeds_reserved",
+         vec![(MAP, 0x4000, 500, 0, None), (A, 0x4000, 800, 0, None), (A, 0x4400, 200, 0, None)],
+         vec![(0x4000, 1000, (1, 40), 0, vec![])], Envelope(1000),
+         envelope_of(before_trace(1000, 500) + 500, 800) + 200),
+        // Pool (0, 1): reserved 2 MiB + 20 MiB (PyTorch's `pool_reserved`) over live 1 MiB (its
+        // block alive before recording) + 3 MiB; the default pool: 2 MiB alive before recording
+        // + 4 MiB allocated, both alive at the end.
+        ("ghost_blocks_private_pool",
+         vec![(A, 0xe600000, 3 * M, 0, None), (A, 0x6a00000, 4 * M, 0, None)],
+         vec![(0x1e00000, 2 * M, (0, 1), 0, vec![(M, true), (M, false)]),
+              (0x6800000, 20 * M, (0, 0), 0, vec![(2 * M, true), (4 * M, true), (14 * M, false)]),
+              (0xe600000, 20 * M, (0, 1), 0, vec![(3 * M, true), (17 * M, false)])], Envelope(2 * M + 20 * M),
+         envelope_of(before_trace(2 * M + 20 * M, 0), M + 3 * M) + 2 * M + 4 * M),
+    ];
+    for (name, trace, segs, pytorch, ours) in cases {
+        let snap = snapshot(&trace, &segs);
+        assert!(has_private(&snap, 0), "{name}");
+        let p = pools(&snap, &Timeline::build(&snap, 0, TimelineKind::Blocks));
+        let peak = p.incl().peak_bytes;
+        match pytorch {
+            Envelope(bytes) => assert_eq!(envelopes(&p), [bytes], "{name}: PyTorch's envelope"),
+            PeakAtMost(bytes) => assert!(peak <= bytes, "{name}: {peak} over PyTorch's bound {bytes}"),
+        }
+        assert_eq!(peak, ours, "{name}: our peak");
+        let summary = snapshot::stats::summary(&snap);
+        assert_eq!(summary.devices[0].timeline_incl_private_pools.peak_bytes, ours, "{name}: stats");
     }
 }
 
@@ -173,32 +257,78 @@ fn without_private_pools_the_count_is_the_timelines() {
     }
 }
 
+/// The envelope timeline's totals, and the pools' sweep's, against totals worked out by hand
+/// from each case's events (before the first step, then after each allocation or free: a
+/// segment event takes effect at the next one).
 #[test]
 fn the_envelope_timeline_draws_the_totals_with_pools() {
     let s = 524_288;
     let (p, q) = (0x7f08_cde0_0000u64, 0x7f08_d280_0000u64);
-    #[rustfmt::skip]
-    let cases: Vec<(Vec<E>, Vec<S>)> = vec![
-        (vec![(SA, p, 2 * M, 0, None), (A, p, s, 0, None), (SA, q, 2 * M, 0, None), (A, q, s, 0, None),
-              (FC, p, s, 0, None), (FC, q, s, 0, None), (A, p, s, 0, None), (A, q, s, 0, None),
-              (A, q + 0x80000, s, 0, None), (A, p + 0x80000, s, 0, None)],
-         vec![(p, 2 * M, (0, 0), 0, vec![(s, true), (s, true), (M, false)]),
-              (q, 2 * M, (0, 1), 0, vec![(s, true), (s, true), (M, false)])]),
-        (vec![(A, 0xe600000, 3 * M, 0, None), (A, 0x6a00000, 4 * M, 0, None)],
-         vec![(0x1e00000, 2 * M, (0, 1), 0, vec![(M, true), (M, false)]),
-              (0x6800000, 20 * M, (0, 0), 0, vec![(2 * M, true), (4 * M, true), (14 * M, false)]),
-              (0xe600000, 20 * M, (0, 1), 0, vec![(3 * M, true), (17 * M, false)])]),
-        (vec![(FC, 0x788c2000000, 94_371_840, 0, None), (A, 0x788c2000000, 256, 0, None), (A, 0x10, 100, 0, None)],
-         vec![(0x788c0000000, 83_886_080, (1, 42), 0, vec![])]),
-    ];
-    for (k, (trace, segs)) in cases.into_iter().enumerate() {
+    // PyTorch's full_snapshot_private_pools: pool (0, 1) reserves 2 MiB at its segment_alloc
+    // (2 MiB at the end, less the 2 MiB the trace added: 0 before it), which takes effect at
+    // the allocation that follows; p is the default pool's.
+    let full = (
+        vec![
+            (SA, p, 2 * M, 0, None),
+            (A, p, s, 0, None),
+            (SA, q, 2 * M, 0, None),
+            (A, q, s, 0, None),
+            (FC, p, s, 0, None),
+            (FC, q, s, 0, None),
+            (A, p, s, 0, None),
+            (A, q, s, 0, None),
+            (A, q + 0x80000, s, 0, None),
+            (A, p + 0x80000, s, 0, None),
+        ],
+        vec![
+            (p, 2 * M, (0, 0), 0, vec![(s, true), (s, true), (M, false)]),
+            (q, 2 * M, (0, 1), 0, vec![(s, true), (s, true), (M, false)]),
+        ],
+        0,
+        // p's block; q's, in the pool, whose envelope grows to the 2 MiB reserved; p's freed;
+        // q's freed (the envelope stays); p's again; two of the pool's, inside it; p's second.
+        vec![s, s + 2 * M, 2 * M, 2 * M, 2 * M + s, 2 * M + s, 2 * M + s, 2 * M + 2 * s],
+    );
+    // PyTorch's ghost_blocks_private_pool: before the first step, the default pool's 2 MiB
+    // block and pool (0, 1)'s envelope, 2 + 20 MiB reserved over 1 MiB live; its 3 MiB
+    // allocation stays inside it (4 MiB live), the default pool's 4 MiB goes on top.
+    let ghosts = (
+        vec![(A, 0xe600000, 3 * M, 0, None), (A, 0x6a00000, 4 * M, 0, None)],
+        vec![
+            (0x1e00000, 2 * M, (0, 1), 0, vec![(M, true), (M, false)]),
+            (0x6800000, 20 * M, (0, 0), 0, vec![(2 * M, true), (4 * M, true), (14 * M, false)]),
+            (0xe600000, 20 * M, (0, 1), 0, vec![(3 * M, true), (17 * M, false)]),
+        ],
+        2 * M + envelope_of(2 * M + 20 * M, M),
+        vec![2 * M + envelope_of(2 * M + 20 * M, M + 3 * M), 2 * M + envelope_of(2 * M + 20 * M, M + 3 * M) + 4 * M],
+    );
+    // A block of pool (1, 42) alive before the trace, 90 MiB over 80 MiB reserved: its free
+    // leaves the envelope at 90 MiB, its 256 bytes fit inside, and 100 bytes at 0x10 (no
+    // segment there) are the default pool's.
+    let (big, reserved) = (94_371_840u64, 83_886_080u64);
+    let freed = (
+        vec![(FC, 0x788c2000000, big, 0, None), (A, 0x788c2000000, 256, 0, None), (A, 0x10, 100, 0, None)],
+        vec![(0x788c0000000, reserved, (1, 42), 0, vec![])],
+        envelope_of(reserved, big),
+        vec![envelope_of(reserved, big), envelope_of(reserved, big), envelope_of(reserved, big) + 100],
+    );
+    let full_snap = snapshot(&full.0, &full.1);
+    for (k, (trace, segs, initial, totals)) in [full, ghosts, freed].into_iter().enumerate() {
         let snap = snapshot(&trace, &segs);
         let base = Timeline::build(&snap, 0, TimelineKind::Blocks);
         let p = pools(&snap, &base);
         let (tl, pieces) = envelope_timeline(&snap, &base);
         assert_eq!(tl.kind(), TimelineKind::PoolEnvelopes);
-        assert_eq!((tl.initial_bytes(), tl.totals()), (p.initial_total, p.totals.as_slice()), "case {k}");
-        assert_eq!(tl.peak_bytes(), p.incl().peak_bytes, "case {k}");
+        assert_eq!((p.initial_total, p.totals.as_slice()), (initial, totals.as_slice()), "case {k}: the sweep");
+        assert_eq!((tl.initial_bytes(), tl.totals()), (initial, totals.as_slice()), "case {k}: the timeline");
+        let peak = totals.iter().copied().fold(initial, u64::max);
+        assert_eq!((tl.peak_bytes(), p.incl().peak_bytes), (peak, peak), "case {k}");
+        // The kind the page asks for is this timeline.
+        let built = Timeline::build(&snap, 0, TimelineKind::PoolEnvelopes);
+        assert_eq!(
+            (built.kind(), built.initial_bytes(), built.totals()),
+            (TimelineKind::PoolEnvelopes, initial, totals.as_slice())
+        );
         // The blocks' ids are kept; a pool's blocks are drawn at 0 bytes, inside its envelope.
         for (i, (b, e)) in base.elements().iter().zip(tl.elements()).enumerate() {
             assert_eq!((b.addr, b.start, b.end), (e.addr, e.start, e.end), "case {k}, element {i}");
@@ -211,6 +341,17 @@ fn the_envelope_timeline_draws_the_totals_with_pools() {
         for c in &lod.columns {
             assert_eq!((c.total_bytes, c.drawn_bytes), (tl.totals()[c.step as usize], c.total_bytes), "case {k}");
         }
-        assert_eq!(Timeline::build(&snap, 0, TimelineKind::PoolEnvelopes).totals(), tl.totals());
     }
+    // PyTorch's test asserts full_snapshot_private_pools' `max_at_time`: the total at each
+    // time step of its drawing, where a growth of an envelope or a shift of what lies above
+    // takes three steps and a free is recorded before its bytes are taken away. The same
+    // totals in the same order, once each run of one value is counted once.
+    let (two, s2) = (2_097_152, s + 2_097_152);
+    #[rustfmt::skip]
+    let max_at_time = [s, s2, s2, s2, s2, s2, s2, s2, s2, two, s2, s2, s2, 2 * s + two];
+    let mut ours = Timeline::build(&full_snap, 0, TimelineKind::PoolEnvelopes).totals().to_vec();
+    ours.dedup();
+    let mut theirs = max_at_time.to_vec();
+    theirs.dedup();
+    assert_eq!(ours, theirs);
 }
