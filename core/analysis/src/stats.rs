@@ -134,18 +134,22 @@ pub fn summary_with(snap: &Snapshot, mut also: impl FnMut(Timeline)) -> Summary 
         host: host_summary(snap).map(Box::new),
         window: crate::slice::WindowInfo::of(snap),
     };
+    // Sizes are the file's: a hostile one's sums saturate instead of overflowing (the rounding,
+    // which can be negative, is summed exactly and saturates once).
+    let mut internal = 0i128;
     for seg in &snap.segments {
-        s.total_reserved += seg.total_size;
+        s.total_reserved = s.total_reserved.saturating_add(seg.total_size);
         for b in &seg.blocks {
             if b.state == BlockState::ActiveAllocated {
                 let a = segsum_allocated(b);
-                s.total_allocated += a;
-                s.free_internal += b.size as i64 - a as i64;
+                s.total_allocated = s.total_allocated.saturating_add(a);
+                internal += i128::from(b.size) - i128::from(a);
             } else {
-                s.free_external += b.size;
+                s.free_external = s.free_external.saturating_add(b.size);
             }
         }
     }
+    s.free_internal = i64::try_from(internal).unwrap_or(if internal > 0 { i64::MAX } else { i64::MIN });
     let gpus = snap.device_info();
     let per_device = snap.segments_by_device();
     for d in snap.devices() {
@@ -168,7 +172,7 @@ pub fn summary_with(snap: &Snapshot, mut also: impl FnMut(Timeline)) -> Summary 
                 .iter()
                 .filter(|s| s.device == d as i64 && crate::merge::is_outside(snap, s))
                 .map(|s| s.total_size)
-                .sum(),
+                .fold(0, u64::saturating_add),
             timeline: TimelineSummary::of(&blocks),
             segment_timeline: TimelineSummary::of(&segs),
             gpu: gpus.iter().find(|g| g.device == d as i64).cloned(),

@@ -142,14 +142,14 @@ pub fn profile(snap: &Snapshot, tl: &Timeline, cats: &Categories) -> Profile {
             let charge = Charge::of(snap, tl.device(), e);
             let site = names.id(snap, charge);
             let s = sites.entry(names.names[site as usize].clone()).or_default();
-            s.0 += e.size;
+            s.0 = s.0.saturating_add(e.size);
             s.1 += 1;
             let key = stack_text.entry(charge).or_insert_with(|| match charge {
                 Charge::Stack(st) => stack_lines(snap, st, true).join("\n"),
                 _ => charge.site(snap),
             });
             let s = stacks.entry(key.clone()).or_default();
-            s.0 += e.size;
+            s.0 = s.0.saturating_add(e.size);
             s.1 += 1;
         }
     }
@@ -216,7 +216,9 @@ pub fn profile(snap: &Snapshot, tl: &Timeline, cats: &Categories) -> Profile {
         n_steps: n,
         peak_bytes: tl.peak_bytes(),
         peak_step,
-        reserved_bytes: snap.segments.iter().filter(|s| s.device == device as i64).map(|s| s.total_size).sum(),
+        reserved_bytes: (snap.segments.iter().filter(|s| s.device == device as i64))
+            .map(|s| s.total_size)
+            .fold(0, u64::saturating_add),
         at_peak: cats.at_peak,
         sites: group(sites),
         stacks: group(stacks),

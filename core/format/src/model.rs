@@ -908,7 +908,7 @@ impl Snapshot {
         for s in &self.segments {
             let d = per.entry(s.device).or_default();
             d.0 += 1;
-            d.1 += s.total_size;
+            d.1 = d.1.saturating_add(s.total_size);
         }
         per
     }

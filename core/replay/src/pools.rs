@@ -223,7 +223,7 @@ pub fn pools(snap: &Snapshot, tl: &Timeline) -> Pools {
             }
         } else {
             if before {
-                initial_other += e.size;
+                initial_other = initial_other.saturating_add(e.size);
             } else {
                 other_delta[e.start as usize] += size;
             }
@@ -242,7 +242,7 @@ pub fn pools(snap: &Snapshot, tl: &Timeline) -> Pools {
     let mut reserved_peak: Vec<u64> = reserved.iter().map(|&r| clamp(r)).collect();
     let mut live_peak: Vec<u64> = live.iter().map(|&l| clamp(l)).collect();
     let mut other = i128::from(initial_other);
-    let mut env_sum: u64 = env.iter().sum();
+    let mut env_sum = env.iter().copied().fold(0, u64::saturating_add);
     let initial_total = clamp(other).saturating_add(env_sum);
     let mut totals = Vec::with_capacity(n);
     let initial_envelopes = env.clone();
@@ -263,7 +263,7 @@ pub fn pools(snap: &Snapshot, tl: &Timeline) -> Pools {
             };
             let grown = clamp(live[k].max(reserved[k]));
             if grown > env[k] {
-                env_sum += grown - env[k];
+                env_sum = env_sum.saturating_add(grown - env[k]);
                 growth.push((step as u32, k as u32, grown - env[k]));
                 env[k] = grown;
             }

@@ -323,10 +323,10 @@ fn segments_of(
                 }
                 let pending = b.pending_free && traced.contains(&b.address);
                 if !pending {
-                    allocated += size;
-                    requested += req;
+                    allocated = u64::saturating_add(allocated, size);
+                    requested = u64::saturating_add(requested, req);
                 }
-                active += size;
+                active = u64::saturating_add(active, size);
                 blocks.push(Block {
                     address: Some(start),
                     size,

@@ -114,20 +114,27 @@ impl Pairs {
     }
 }
 
+/// The sums are exact (a hostile file's sizes add up past `u64::MAX`, and a saturated sum
+/// would not come back down as its parts go): [`sat`] reads them as bytes.
 #[derive(Clone, Debug, Default)]
 struct Live {
     segs: BTreeMap<u64, Seg>,
     blocks: BTreeMap<u64, Blk>,
-    reserved: u64,
-    allocated: u64,
+    reserved: u128,
+    allocated: u128,
 }
 
 #[derive(Clone, Debug)]
 struct Checkpoint {
     segs: Vec<(u64, Seg)>,
     blocks: Vec<(u64, Blk)>,
-    reserved: u64,
-    allocated: u64,
+    reserved: u128,
+    allocated: u128,
+}
+
+/// An exact sum of sizes as bytes, `u64::MAX` past it.
+fn sat(x: u128) -> u64 {
+    u64::try_from(x).unwrap_or(u64::MAX)
 }
 
 impl Live {
@@ -150,16 +157,16 @@ impl Live {
     }
 
     fn insert_block(&mut self, addr: u64, b: Blk) {
-        self.allocated += b.requested;
+        self.allocated += u128::from(b.requested);
         if let Some(old) = self.blocks.insert(addr, b) {
-            self.allocated -= old.requested;
+            self.allocated -= u128::from(old.requested);
         }
     }
 
     fn insert_seg(&mut self, addr: u64, s: Seg) {
-        self.reserved += s.size;
+        self.reserved += u128::from(s.size);
         if let Some(old) = self.segs.insert(addr, s) {
-            self.reserved -= old.size;
+            self.reserved -= u128::from(old.size);
         }
     }
 
@@ -171,7 +178,7 @@ impl Live {
         match t.action(i) {
             Action::Alloc => {
                 if let Some(b) = self.blocks.remove(&addr) {
-                    self.allocated -= b.requested;
+                    self.allocated -= u128::from(b.requested);
                     if let (Made::FreedAt(f), Some(pairs)) = (b.made, pairs) {
                         pairs.pair(f as usize, t.frames(i));
                     }
@@ -201,15 +208,15 @@ impl Live {
                 if let Some((&a, s)) = self.segs.range(..addr).next_back() {
                     if a.saturating_add(s.size) == addr && s.stream == stream {
                         start = a;
-                        len += s.size;
-                        self.reserved -= s.size;
+                        len = len.saturating_add(s.size);
+                        self.reserved -= u128::from(s.size);
                         self.segs.remove(&a);
                     }
                 }
                 if let Some(s) = self.segs.get(&addr.saturating_add(size)).cloned() {
                     if s.stream == stream {
-                        len += s.size;
-                        self.reserved -= s.size;
+                        len = len.saturating_add(s.size);
+                        self.reserved -= u128::from(s.size);
                         self.segs.remove(&addr.saturating_add(size));
                     }
                 }
@@ -217,7 +224,7 @@ impl Live {
             }
             Action::SegmentAlloc => {
                 if let Some(s) = self.segs.remove(&addr) {
-                    self.reserved -= s.size;
+                    self.reserved -= u128::from(s.size);
                 }
             }
             Action::SegmentMap => {
@@ -226,7 +233,7 @@ impl Live {
                     let (end, s_end) = (addr.saturating_add(size), a.saturating_add(s.size));
                     if addr < s_end {
                         self.segs.remove(&a);
-                        self.reserved -= s.size;
+                        self.reserved -= u128::from(s.size);
                         if addr > a {
                             self.insert_seg(a, Seg { size: addr - a, ..s.clone() });
                         }
@@ -353,7 +360,7 @@ pub fn totals(snap: &Snapshot, device: usize) -> Vec<(u64, u64)> {
     let mut live = final_state(snap, device);
     let mut out = vec![(0, 0); t.len()];
     for i in (0..t.len()).rev() {
-        out[i] = (live.reserved, live.allocated);
+        out[i] = (sat(live.reserved), sat(live.allocated));
         live.undo(t, i, None);
     }
     out
@@ -512,7 +519,7 @@ impl StateIndex {
             let k = segments.partition_point(|s| s.address <= address);
             match k.checked_sub(1).map(|k| &mut segments[k]) {
                 Some(s) if address < s.address.saturating_add(s.size) => {
-                    s.internal_free_bytes += b.size.saturating_sub(b.requested);
+                    s.internal_free_bytes = s.internal_free_bytes.saturating_add(b.size.saturating_sub(b.requested));
                     s.external_free_bytes = s.external_free_bytes.saturating_sub(b.size);
                     s.blocks.push(bv);
                 }
@@ -521,8 +528,8 @@ impl StateIndex {
         }
         AllocatorState {
             after_entry,
-            reserved_bytes: live.reserved,
-            allocated_bytes: live.allocated,
+            reserved_bytes: sat(live.reserved),
+            allocated_bytes: sat(live.allocated),
             segments,
             orphan_blocks,
         }

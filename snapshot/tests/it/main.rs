@@ -9,6 +9,7 @@ mod flame;
 mod holders;
 mod layers;
 mod modern;
+mod overflow;
 mod persistent;
 mod pools;
 mod python;

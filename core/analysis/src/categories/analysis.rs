@@ -433,12 +433,13 @@ impl Analysis {
                 self.out.step_cat[e.end as usize] = k as u8;
             }
             if e.start == 0 && e.end > 0 {
-                self.at_start[k] += e.size;
+                self.at_start[k] = self.at_start[k].saturating_add(e.size);
             }
             if e.origin != Origin::Traced {
-                self.before_trace[k] += e.size;
+                self.before_trace[k] = self.before_trace[k].saturating_add(e.size);
             }
-            *self.by_rule.entry((cl.why, cl.category)).or_default() += e.size;
+            let by_rule = self.by_rule.entry((cl.why, cl.category)).or_default();
+            *by_rule = by_rule.saturating_add(e.size);
             self.out.classes.push(cl);
         }
         self.at += used;
@@ -486,9 +487,9 @@ impl Analysis {
             }
             if p == Phase::Optimizer {
                 self.saw_optimizer = true;
-                self.grad_and_temp = self.grad_and_temp.max(g + b[Category::Temporary.index()]);
+                self.grad_and_temp = self.grad_and_temp.max(g.saturating_add(b[Category::Temporary.index()]));
             }
-            self.acts = self.acts.max(b[Category::Activation.index()] + b[Category::Input.index()]);
+            self.acts = self.acts.max(b[Category::Activation.index()].saturating_add(b[Category::Input.index()]));
             self.bytes = b;
         }
         self.at += used;
@@ -557,15 +558,17 @@ impl Analysis {
             if let Some(b) = self.by_rule.get_mut(&(Why::AliveThroughout, Category::Parameter)) {
                 *b = b.saturating_sub(size);
             }
-            *self.by_rule.entry((class.why, class.category)).or_default() += size;
-            moved[class.category.index()] += size;
+            let by_rule = self.by_rule.entry((class.why, class.category)).or_default();
+            *by_rule = by_rule.saturating_add(size);
+            let m = &mut moved[class.category.index()];
+            *m = m.saturating_add(size);
         }
         moved[Category::Parameter.index()] = 0;
-        let out_of_params: u64 = moved.iter().sum();
+        let out_of_params = moved.iter().copied().fold(0, u64::saturating_add);
         let shift = |b: &mut [u64; N]| {
             b[Category::Parameter.index()] = b[Category::Parameter.index()].saturating_sub(out_of_params);
             for (x, m) in b.iter_mut().zip(&moved) {
-                *x += m;
+                *x = x.saturating_add(*m);
             }
         };
         for c in &mut self.out.checkpoints {
@@ -582,7 +585,7 @@ impl Analysis {
         let out = &mut self.out;
         // Before the first event (what was alive before recording) can be the peak.
         let before = self.before_trace;
-        if before.iter().sum::<u64>() > tl.peak_total() {
+        if before.iter().copied().fold(0, u64::saturating_add) > tl.peak_total() {
             out.at_peak = before;
         }
         for (m, &v) in out.max.iter_mut().zip(&before) {
@@ -598,7 +601,10 @@ impl Analysis {
             persistent,
             gradients_and_intermediates,
             activations: self.acts,
-            total: parameters + optimizer_state + persistent + gradients_and_intermediates.max(self.acts),
+            total: parameters
+                .saturating_add(optimizer_state)
+                .saturating_add(persistent)
+                .saturating_add(gradients_and_intermediates.max(self.acts)),
             peak: tl.peak_bytes(),
         };
         let mut by_rule: Vec<(Why, Category, u64)> =
@@ -774,7 +780,7 @@ fn leak_suspects(snap: &Snapshot, live: FxHashMap<FrameId, Site>, n: usize) -> V
                 .iter()
                 .map(|x| {
                     acc += x;
-                    acc.max(0) as u64
+                    u64::try_from(acc.max(0)).unwrap_or(u64::MAX)
                 })
                 .collect();
             let grows = b[0] > 0 && b.windows(2).all(|w| w[1] > w[0]);

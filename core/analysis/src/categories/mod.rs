@@ -505,7 +505,7 @@ impl Categories {
         let t = tl.totals();
         let (Some(&now), Some(&before)) = (t.get(step as usize), t.get(step as usize - 1)) else { return };
         if let Some(b) = bytes.get_mut(usize::from(k)) {
-            *b = (*b + now).saturating_sub(before);
+            *b = if now >= before { b.saturating_add(now - before) } else { b.saturating_sub(before - now) };
         }
     }
 

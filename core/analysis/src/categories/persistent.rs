@@ -21,14 +21,15 @@ use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
 use super::{Category, Class, Why};
-use crate::allocator::MIN_BLOCK;
+use crate::allocator::round_size;
 use crate::model::{Frame, Snapshot};
 use crate::sites::{has, is_py};
 
-/// Sizes are compared as the allocator rounds them: a block from an old snapshot without its
-/// requested size has its rounded size, a gradient its requested one.
+/// Sizes are compared as the allocator rounds them ([`round_size`], saturating at `u64::MAX`):
+/// a block from an old snapshot without its requested size has its rounded size, a gradient
+/// its requested one.
 pub(super) fn size_key(size: u64) -> u64 {
-    size.div_ceil(MIN_BLOCK) * MIN_BLOCK
+    round_size(size)
 }
 
 /// The optimizer a file names, and where.
@@ -140,9 +141,9 @@ pub(super) fn split(ev: &Evidence, named: Option<&Named>) -> (Vec<(u32, Class, u
     for blocks in per_size.values_mut() {
         blocks.sort_unstable();
     }
-    let bytes_of = |blocks: &[(u64, u32, u64)]| blocks.iter().map(|b| b.2).sum::<u64>();
+    let bytes_of = |blocks: &[(u64, u32, u64)]| blocks.iter().map(|b| b.2).fold(0, u64::saturating_add);
     let mut inf = Inference {
-        persistent_bytes: ev.persistent.iter().map(|p| p.3).sum(),
+        persistent_bytes: ev.persistent.iter().map(|p| p.3).fold(0, u64::saturating_add),
         optimizer: named.map(|n| n.name.clone()),
         optimizer_named_by: named.map(|n| n.by.clone()),
         gradient_bytes: ev.gradient_bytes,
@@ -175,8 +176,13 @@ pub(super) fn split(ev: &Evidence, named: Option<&Named>) -> (Vec<(u32, Class, u
         let u = per_size.get(&key).map_or(0, |v| v.len() as u64);
         g > 0 && u > 0 && u + kp + kn == g * (1 + k) && kp <= g && kn <= g * k
     };
-    let explained =
-        |k: u32| -> u64 { ev.gradients.keys().filter(|&&key| fits(key, k)).map(|key| bytes_of(&per_size[key])).sum() };
+    let explained = |k: u32| -> u64 {
+        ev.gradients
+            .keys()
+            .filter(|&&key| fits(key, k))
+            .map(|key| bytes_of(&per_size[key]))
+            .fold(0, u64::saturating_add)
+    };
     let (k, best) = candidates.iter().map(|&k| (k, explained(k))).fold((0, 0), |a, b| if b.1 > a.1 { b } else { a });
     if best == 0 {
         let ks: Vec<String> = candidates.iter().map(u32::to_string).collect();
@@ -198,17 +204,17 @@ pub(super) fn split(ev: &Evidence, named: Option<&Named>) -> (Vec<(u32, Class, u
                 let params = g - ev.parameters.get(&key).copied().unwrap_or(0);
                 for (j, &(_, id, bytes)) in blocks.iter().enumerate() {
                     let class = if (j as u32) < params {
-                        inf.parameter_bytes += bytes;
+                        inf.parameter_bytes = inf.parameter_bytes.saturating_add(bytes);
                         Class { category: Category::Parameter, why: Why::InferredParameter }
                     } else {
-                        inf.optimizer_state_bytes += bytes;
+                        inf.optimizer_state_bytes = inf.optimizer_state_bytes.saturating_add(bytes);
                         Class { category: Category::OptimizerState, why: Why::InferredOptimizerState }
                     };
                     classes.push((id, class, bytes));
                 }
             }
             Some(_) => {
-                inf.unsplit_bytes += bytes_of(blocks);
+                inf.unsplit_bytes = inf.unsplit_bytes.saturating_add(bytes_of(blocks));
                 classes.extend(
                     blocks
                         .iter()
@@ -216,7 +222,7 @@ pub(super) fn split(ev: &Evidence, named: Option<&Named>) -> (Vec<(u32, Class, u
                 );
             }
             None => {
-                inf.buffer_bytes += bytes_of(blocks);
+                inf.buffer_bytes = inf.buffer_bytes.saturating_add(bytes_of(blocks));
                 classes.extend(
                     blocks
                         .iter()
@@ -232,7 +238,7 @@ pub(super) fn split(ev: &Evidence, named: Option<&Named>) -> (Vec<(u32, Class, u
         if k == 1 { "" } else { "s" },
         named.by,
         size(ev.gradient_bytes),
-        size(inf.parameter_bytes + inf.optimizer_state_bytes),
+        size(inf.parameter_bytes.saturating_add(inf.optimizer_state_bytes)),
         size(inf.parameter_bytes),
         size(inf.optimizer_state_bytes),
         if inf.buffer_bytes > 0 { format!(", buffers or frozen parameters (no gradient of their size) {}", size(inf.buffer_bytes)) } else { String::new() },
@@ -309,6 +315,35 @@ mod tests {
         let (classes, inf) = split(&evidence(&[4, 4, 4, 2, 2], &[4, 2]), Some(&named("AdamW")));
         assert_eq!(bytes(&classes, Category::Persistent), 4 * MIB);
         assert_eq!((inf.parameter_bytes, inf.optimizer_state_bytes), (4 * MIB, 8 * MIB));
+    }
+
+    /// Sizes are keyed as the allocator rounds them, one rule: up to 512 bytes, at least 512,
+    /// and a hostile file's size that rounds past `u64::MAX` stops there.
+    #[test]
+    fn sizes_are_keyed_as_the_allocator_rounds_them() {
+        for size in [0, 1, 511, 512, 513, 4 * MIB + 1, u64::MAX - 512, u64::MAX - 511, u64::MAX - 100, u64::MAX] {
+            assert_eq!(size_key(size), crate::allocator::round_size(size), "{size}");
+        }
+        assert_eq!(size_key(u64::MAX - 100), u64::MAX);
+        assert_eq!(size_key(4 * MIB - 100), 4 * MIB);
+    }
+
+    /// Blocks whose bytes add up past `u64::MAX`: every figure stops there.
+    #[test]
+    fn bytes_past_u64_max_saturate() {
+        let huge = u64::MAX - 100;
+        let mut ev = Evidence::default();
+        for k in 0..3u32 {
+            ev.persistent.push((k, size_key(huge), 0x1000 * u64::from(k), huge));
+        }
+        ev.gradients.insert(size_key(huge), 1);
+        ev.gradient_bytes = huge;
+        let (classes, inf) = split(&ev, Some(&named("AdamW")));
+        assert_eq!(inf.state_blocks_per_parameter, Some(2), "{}", inf.summary);
+        assert_eq!((inf.persistent_bytes, inf.parameter_bytes, inf.optimizer_state_bytes), (u64::MAX, huge, u64::MAX));
+        assert_eq!(classes.len(), 3);
+        let (_, unsplit) = split(&ev, None);
+        assert_eq!(unsplit.unsplit_bytes, u64::MAX);
     }
 
     #[test]

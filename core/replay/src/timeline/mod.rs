@@ -353,7 +353,7 @@ impl Stack {
     /// The top of the stack: bytes below the last band.
     fn top(&self, bands: &[Band]) -> u64 {
         let band = self.gaps.last().and_then(|g| g.1).or_else(|| self.drawn.last().map(|d| d.band));
-        band.map_or(0, |b| bands[b].offset_bytes + bands[b].size_bytes)
+        band.map_or(0, |b| bands[b].offset_bytes.saturating_add(bands[b].size_bytes))
     }
 
     /// Applies what changed before column `c` (sorted by order; an element that entered is
@@ -520,6 +520,26 @@ pub struct Band {
     pub hit_bytes: u64,
 }
 
+/// The live bytes after each step (and one past the last) of elements that together hold more
+/// than `u64::MAX` bytes, each total saturating there: summed in i128 (an element's bytes at
+/// most 2^64, 2^32 of them at most 2^96). Only a hostile file gets here.
+#[cold]
+fn saturated_totals(elements: &[Element], n_steps: u32) -> Vec<u64> {
+    let mut delta = vec![0i128; n_steps as usize + 1];
+    for e in elements {
+        delta[e.start as usize] += i128::from(e.size);
+        delta[e.end as usize] -= i128::from(e.size);
+    }
+    let mut run = 0i128;
+    delta
+        .into_iter()
+        .map(|d| {
+            run += d;
+            u64::try_from(run.max(0)).unwrap_or(u64::MAX)
+        })
+        .collect()
+}
+
 impl Timeline {
     /// A timeline over the same steps as `self` with other elements: `initial` alive before
     /// the first step (the first on top), `allocs` the rest in the order they start.
@@ -557,29 +577,37 @@ impl Timeline {
         }
         // Each element's bytes are added at its first step and taken away at its end, and
         // the running sum is the total at each step, summed in place. An element never ends
-        // before it starts, so the sum never goes below zero and wrapping arithmetic is
-        // exact (a total past u64::MAX wraps, as the cast of an i128 sum did): one vector of
+        // before it starts, so the sum never goes below zero, and while all the elements
+        // together hold at most u64::MAX bytes wrapping arithmetic is exact: one vector of
         // 8 bytes a step, where a difference vector of i128 beside the totals took 24 (a
-        // 0.9 GB file: 172 MB, the largest moment of the layout).
+        // 0.9 GB file: 172 MB, the largest moment of the layout). Sizes past that (a hostile
+        // file's) are summed again exactly, each total saturating at u64::MAX.
         let mut totals = vec![0u64; n_steps as usize + 1];
         let mut initial_total = 0u64;
+        let (mut all, mut past_max) = (0u64, false);
         // The lowest place in the stack where anything ever changes.
         let mut first_change = u32::MAX;
         for e in &mut elements {
             e.end = e.end.min(n_steps);
             if e.origin != Origin::Traced {
-                initial_total += e.size;
+                initial_total = initial_total.saturating_add(e.size);
             }
             if e.start > 0 || e.end < n_steps {
                 first_change = first_change.min(e.order);
             }
+            let (sum, over) = all.overflowing_add(e.size);
+            (all, past_max) = (sum, past_max | over);
             totals[e.start as usize] = totals[e.start as usize].wrapping_add(e.size);
             totals[e.end as usize] = totals[e.end as usize].wrapping_sub(e.size);
         }
-        let mut run = 0u64;
-        for t in &mut totals {
-            run = run.wrapping_add(*t);
-            *t = run;
+        if past_max {
+            totals = saturated_totals(&elements, n_steps);
+        } else {
+            let mut run = 0u64;
+            for t in &mut totals {
+                run = run.wrapping_add(*t);
+                *t = run;
+            }
         }
         totals.truncate(n_steps as usize);
         let block_argmax: Vec<u32> =

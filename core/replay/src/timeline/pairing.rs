@@ -208,7 +208,7 @@ fn unmap(trace: &Trace, i: usize, pending: &mut BTreeMap<u64, u32>, paired: &mut
     let before = pending.range(..addr).next_back().map(|(&a, &id)| (a, id));
     let mut hit: Vec<(u64, u32)> = pending.range(addr..end).map(|(&a, &id)| (a, id)).collect();
     if let Some((a, id)) = before {
-        if a + paired.elements[id as usize].size > addr {
+        if a.saturating_add(paired.elements[id as usize].size) > addr {
             hit.insert(0, (a, id));
         }
     }
@@ -218,7 +218,7 @@ fn unmap(trace: &Trace, i: usize, pending: &mut BTreeMap<u64, u32>, paired: &mut
     }
     for (a, id) in hit {
         pending.remove(&a);
-        let (e_addr, e_end) = (a, a + paired.elements[id as usize].size);
+        let (e_addr, e_end) = (a, a.saturating_add(paired.elements[id as usize].size));
         paired.free(id, i);
         paired.take_step(i);
         let stack = paired.elements[id as usize].stack;
@@ -238,7 +238,8 @@ fn unmap(trace: &Trace, i: usize, pending: &mut BTreeMap<u64, u32>, paired: &mut
 fn unaccounted_bytes(seg: &Segment, pending: &BTreeMap<u64, u32>, elements: &[Element]) -> u64 {
     if seg.is_expandable == Some(true) {
         let end = seg.address.saturating_add(seg.total_size);
-        let covered: u64 = pending.range(seg.address..end).map(|(_, &id)| elements[id as usize].size).sum();
+        let covered =
+            pending.range(seg.address..end).map(|(_, &id)| elements[id as usize].size).fold(0, u64::saturating_add);
         seg.total_size.saturating_sub(covered)
     } else if pending.contains_key(&seg.address) {
         0
