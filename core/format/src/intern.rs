@@ -18,6 +18,7 @@ pub struct Strings {
 }
 
 impl std::fmt::Debug for Strings {
+    #[inline]
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Strings({} strings, {} bytes)", self.spans.len(), self.data.len())
     }
@@ -58,6 +59,7 @@ impl Strings {
     }
 
     /// The string with this id; the empty string for an id this table never gave out.
+    #[inline]
     pub fn get(&self, id: StrId) -> &str {
         match self.spans.get(id.0 as usize) {
             Some(&(start, len)) => &self.data[start as usize..(start + len) as usize],
@@ -66,16 +68,19 @@ impl Strings {
     }
 
     /// Number of distinct strings.
+    #[inline]
     pub fn len(&self) -> usize {
         self.spans.len()
     }
 
     /// True when no string was interned.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.spans.is_empty()
     }
 
     /// Approximate heap bytes used.
+    #[inline]
     pub fn heap_bytes(&self) -> usize {
         self.data.capacity() + self.spans.capacity() * 8 + self.table.capacity() * 5
     }

@@ -46,6 +46,7 @@ impl Stacks {
     }
 
     /// The frames of a stack, innermost first; empty for an unknown id.
+    #[inline]
     pub fn get(&self, id: StackId) -> &[FrameId] {
         let i = id.0 as usize;
         match (self.starts.get(i), self.starts.get(i + 1)) {
@@ -55,15 +56,18 @@ impl Stacks {
     }
 
     /// Number of distinct stacks.
+    #[inline]
     pub fn len(&self) -> usize {
         self.starts.len().saturating_sub(1)
     }
 
     /// True when there are no stacks.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
+    #[inline]
     fn heap_bytes(&self) -> usize {
         self.starts.capacity() * 4 + self.frames.capacity() * 4
     }
@@ -131,6 +135,7 @@ impl Block {
     }
 
     /// The allocation stack: `frames`, or the first history record's frames.
+    #[inline]
     pub fn stack(&self) -> Option<StackId> {
         self.frames.or_else(|| self.history.as_ref()?.first()?.frames)
     }
@@ -170,6 +175,7 @@ pub struct Segment {
 impl Segment {
     /// Block addresses as the viewers compute them: the segment address plus the sizes
     /// of the blocks before (the file's own `address` keys are ignored, 2.0 has none).
+    #[inline]
     pub fn block_addresses(&self) -> impl Iterator<Item = u64> + '_ {
         self.blocks.iter().scan(self.address, |next, b| {
             let addr = *next;
@@ -223,6 +229,7 @@ impl Action {
         ("annotate", Action::Annotate),
     ];
 
+    #[inline]
     fn code(self) -> u8 {
         match self {
             Action::Other(_) => u8::MAX,
@@ -231,6 +238,7 @@ impl Action {
     }
 
     /// The name written in snapshots, for known actions.
+    #[inline]
     pub fn name(self) -> Option<&'static str> {
         Self::KNOWN.iter().find(|&&(_, a)| a == self).map(|&(n, _)| n)
     }
@@ -240,6 +248,7 @@ impl Action {
     /// block goes back to the cache (`free_completed`, or a merged `free`), as PyTorch's viewer
     /// pairs them; a `free_requested` whose completion waits on another stream leaves it alive
     /// (pending), which is what holds the memory.
+    #[inline]
     pub fn ends_allocation(self) -> bool {
         matches!(self, Action::FreeCompleted | Action::Free)
     }
@@ -263,6 +272,7 @@ impl Sparse32 {
     }
 
     #[cold]
+    #[inline]
     fn first_or_gap(&mut self, row: usize, value: u32, rows: usize) {
         if self.0.is_empty() {
             self.0.reserve(rows);
@@ -270,9 +280,11 @@ impl Sparse32 {
         self.0.resize(row, 0);
         self.0.push(value);
     }
+    #[inline]
     fn get(&self, row: usize) -> u32 {
         self.0.get(row).copied().unwrap_or(0)
     }
+    #[inline]
     fn is_used(&self) -> bool {
         !self.0.is_empty()
     }
@@ -381,11 +393,13 @@ pub struct Tail {
 
 impl Trace {
     /// Number of entries.
+    #[inline]
     pub fn len(&self) -> usize {
         self.action.len()
     }
 
     /// True when the trace has no entries.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.action.is_empty()
     }
@@ -451,16 +465,19 @@ impl Trace {
     /// Entries of the file's trace before this one's first: a windowed read
     /// ([`crate::Limits::keep_last_entries`]) keeps only the last ones, and entry `i` here is
     /// entry `dropped() + i` of the file.
+    #[inline]
     pub fn dropped(&self) -> u64 {
         self.dropped
     }
 
     /// Counts an entry before a window of a range, not kept.
+    #[inline]
     pub(crate) fn skip_front(&mut self) {
         self.dropped += 1;
     }
 
     /// Entries after a window of a range seen so far.
+    #[inline]
     pub(crate) fn tail_len(&self) -> u64 {
         self.tail.as_ref().map_or(0, |t| t.seen)
     }
@@ -512,6 +529,7 @@ impl Trace {
 
     /// The entries after a window of a range, taken out (empty for other reads): the replay
     /// settles them (`slice::settle_tails`).
+    #[inline]
     pub fn take_tail(&mut self) -> Option<Box<Tail>> {
         // Taken out whatever it holds: what `follow` kept goes with it.
         let t = self.tail.take().filter(|t| t.seen > 0)?;
@@ -521,6 +539,7 @@ impl Trace {
 
     /// Entries of the file's trace after this one's last: a windowed read of a range leaves
     /// them out (the file has `dropped() + len() + after()`).
+    #[inline]
     pub fn after(&self) -> u64 {
         self.after
     }
@@ -531,9 +550,11 @@ impl Trace {
         if k == 0 {
             return;
         }
+        #[inline]
         fn front<T>(v: &mut Vec<T>, k: usize) {
             v.drain(..k.min(v.len()));
         }
+        #[inline]
         fn rows<T>(v: &mut Vec<(u32, T)>, k: usize) {
             v.retain(|(row, _)| *row as usize >= k);
             for (row, _) in v.iter_mut() {
@@ -558,6 +579,7 @@ impl Trace {
     }
 
     /// Whether some entry has `action` (a scan of one byte per entry).
+    #[inline]
     pub fn has_action(&self, action: Action) -> bool {
         let code = action.code();
         self.action.contains(&code)
@@ -565,6 +587,7 @@ impl Trace {
     }
 
     /// The action of entry `i`.
+    #[inline]
     pub fn action(&self, i: usize) -> Action {
         let code = self.action.get(i).copied().unwrap_or(0);
         if code == u8::MAX {
@@ -576,65 +599,80 @@ impl Trace {
         Action::KNOWN.get(code as usize).map_or(Action::Snapshot, |&(_, a)| a)
     }
     /// `addr` of entry `i` (0 when absent).
+    #[inline]
     pub fn addr(&self, i: usize) -> u64 {
         self.addr.get(i).copied().unwrap_or(0)
     }
     /// `size` of entry `i`.
+    #[inline]
     pub fn size(&self, i: usize) -> u64 {
         self.size.get(i).copied().unwrap_or(0)
     }
     /// Stream of entry `i`.
+    #[inline]
     pub fn stream(&self, i: usize) -> i64 {
         self.stream.get(i).copied().unwrap_or(0)
     }
     /// `time_us` of entry `i`, when present.
+    #[inline]
     pub fn time_us(&self, i: usize) -> Option<i64> {
         self.time_us.get(i).copied().filter(|&t| t != NO_TIME)
     }
     /// True when some entry has `time_us`.
+    #[inline]
     pub fn has_time(&self) -> bool {
         !self.time_us.is_empty()
     }
     /// Stack of entry `i`, when its `frames` key is present.
+    #[inline]
     pub fn frames(&self, i: usize) -> Option<StackId> {
         opt_id(self.frames.get(i)).map(StackId)
     }
     /// `compile_context` of entry `i`.
+    #[inline]
     pub fn compile_context(&self, i: usize) -> Option<StrId> {
         opt_id(self.compile_context.get(i)).map(StrId)
     }
     /// `user_metadata` of entry `i`.
+    #[inline]
     pub fn user_metadata(&self, i: usize) -> Option<StrId> {
         opt_id(self.user_metadata.get(i)).map(StrId)
     }
     /// `category` of entry `i`.
+    #[inline]
     pub fn category(&self, i: usize) -> Option<StrId> {
         opt_id(self.category.get(i)).map(StrId)
     }
     /// True when some entry has a `category`.
+    #[inline]
     pub fn has_categories(&self) -> bool {
         self.category.is_used()
     }
     /// The entries that have other keys ([`Trace::extras`]), with them.
+    #[inline]
     pub fn all_extras(&self) -> impl Iterator<Item = (usize, &[(StrId, Value)])> + '_ {
         self.extras.iter().map(|(r, e)| (*r as usize, e.as_slice()))
     }
 
     /// The distinct `pool_id`s of the entries, in order of first appearance.
+    #[inline]
     pub fn pool_ids(&self) -> &[PoolId] {
         &self.pools
     }
 
     /// `pool_id` of entry `i`, when present.
+    #[inline]
     pub fn pool_id(&self, i: usize) -> Option<PoolId> {
         opt_id(self.pool.get(i)).and_then(|k| self.pools.get(k as usize).copied())
     }
     /// `device_free` of entry `i` (on `oom` entries).
+    #[inline]
     pub fn device_free(&self, i: usize) -> Option<u64> {
         let k = self.device_free.binary_search_by_key(&(i as u32), |&(r, _)| r).ok()?;
         Some(self.device_free[k].1)
     }
     /// Extra keys of entry `i`.
+    #[inline]
     pub fn extras(&self, i: usize) -> &[(StrId, Value)] {
         match self.extras.binary_search_by_key(&(i as u32), |(r, _)| *r) {
             Ok(k) => &self.extras[k].1,
@@ -690,6 +728,7 @@ impl Trace {
     }
 }
 
+#[inline]
 fn opt_id(v: u32) -> Option<u32> {
     v.checked_sub(1)
 }
@@ -713,6 +752,7 @@ impl Annotation {
     /// Whether it applies to `device`: one rule for every analysis. A thread with no current
     /// device records `-1` (a `record_function` on the CPU side of a step), which applies to
     /// every device.
+    #[inline]
     pub fn on_device(&self, device: usize) -> bool {
         self.device < 0 || self.device == device as i64
     }
@@ -802,6 +842,7 @@ impl Default for Snapshot {
 
 impl Snapshot {
     /// The text of an interned string.
+    #[inline]
     pub fn str(&self, id: StrId) -> &str {
         self.strings.get(id)
     }
@@ -819,22 +860,26 @@ impl Snapshot {
     }
 
     /// Adds a stack of frames, innermost first.
+    #[inline]
     pub fn add_stack(&mut self, frames: &[FrameId]) -> StackId {
         self.stacks.push(frames)
     }
 
     /// The frames of a stack, innermost first.
+    #[inline]
     pub fn stack(&self, id: StackId) -> impl Iterator<Item = &Frame> + '_ {
         self.stacks.get(id).iter().filter_map(|f| self.frames.get(f.0 as usize))
     }
 
     /// The trace of `device` (empty when there is none).
+    #[inline]
     pub fn trace(&self, device: usize) -> &Trace {
         static EMPTY: std::sync::OnceLock<Trace> = std::sync::OnceLock::new();
         self.device_traces.as_ref().and_then(|t| t.get(device)).unwrap_or_else(|| EMPTY.get_or_init(Trace::default))
     }
 
     /// Number of trace lists.
+    #[inline]
     pub fn n_trace_lists(&self) -> usize {
         self.device_traces.as_ref().map_or(0, Vec::len)
     }
@@ -893,6 +938,7 @@ impl Snapshot {
     }
 
     /// Devices worth showing: every device with trace entries or segments, ascending.
+    #[inline]
     pub fn devices(&self) -> Vec<usize> {
         let mut out: Vec<usize> = (0..self.n_trace_lists()).filter(|&d| !self.trace(d).is_empty()).collect();
         out.extend(self.segments.iter().filter_map(|s| usize::try_from(s.device).ok()));
@@ -914,6 +960,7 @@ impl Snapshot {
     }
 
     /// The devices whose trace has an out-of-memory error (`oom`), ascending.
+    #[inline]
     pub fn devices_with_oom(&self) -> Vec<usize> {
         self.devices().into_iter().filter(|&d| self.trace(d).has_action(Action::Oom)).collect()
     }
