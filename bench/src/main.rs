@@ -141,6 +141,9 @@ fn child(kind: &str, path: &Path, runs: usize) -> anyhow::Result<()> {
                 snapshot::diff::SiteMode::Frame,
             ));
             let diff = t.elapsed().as_secs_f64();
+            let t = Instant::now();
+            let agreement = snapshot::simulate::replay(&snap, d);
+            let replay = t.elapsed().as_secs_f64();
             let lod_max = lod.iter().copied().fold(0.0, f64::max);
             let hover_max = hover.iter().copied().fold(0.0, f64::max);
             json!({
@@ -151,6 +154,8 @@ fn child(kind: &str, path: &Path, runs: usize) -> anyhow::Result<()> {
                 "categories_s": categories, "cat_columns_median_s": median(cat_cols.clone()),
                 "cat_columns_max_s": cat_cols.iter().copied().fold(0.0, f64::max),
                 "iterations": cats.iterations.len(), "profile_s": profile, "diff_s": diff,
+                "entries": n_entries, "replay_s": replay, "replay_allocations": agreement.allocations,
+                "replay_placed": agreement.placed_as_recorded,
             })
         }
         other => bail!("unknown child {other}"),
@@ -310,6 +315,13 @@ fn main() -> anyhow::Result<()> {
         println!(
             "categories ({} iterations): analysed in {:.0} ms (the layout above: {:.0} ms); category columns 1500 px: median {:.2} ms, max {:.2} ms; diff profile {:.0} ms, diff {:.1} ms",
             a["iterations"], ms("categories_s"), ms("layout_s"), ms("cat_columns_median_s"), ms("cat_columns_max_s"), ms("profile_s"), ms("diff_s")
+        );
+        println!(
+            "allocator replay of {} entries: {:.0} ms ({} of {} allocations placed as recorded)",
+            a["entries"],
+            ms("replay_s"),
+            a["replay_placed"],
+            a["replay_allocations"]
         );
     }
     Ok(())

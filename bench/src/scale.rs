@@ -569,6 +569,10 @@ fn checks() -> Vec<(String, Sample)> {
     );
     put("stats summary", Box::new(|i| per_call(|| drop(black_box(stats::summary(&i.snap))))));
     put(
+        "allocator replay (the simulator against the recording)",
+        Box::new(|i| per_call(|| drop(black_box(snapshot::simulate::replay(&i.snap, 0))))),
+    );
+    put(
         "private pools (half the segments and entries in four pools)",
         Box::new(|i| per_call(|| drop(black_box(snapshot::pools::pools(&i.pooled, &i.pooled_blocks))))),
     );

@@ -15,6 +15,7 @@ mod mcp;
 mod merge;
 mod parse;
 mod ranks;
+mod replay;
 mod skill;
 mod slice;
 mod stats;
@@ -69,6 +70,11 @@ enum Command {
     /// annotation's span) into a smaller snapshot in PyTorch's own format: what was alive when
     /// the window starts appears as memory allocated before the recording.
     Slice(slice::Args),
+    /// Replay a recording through a simulation of PyTorch's caching allocator: the
+    /// allocations it places where PyTorch did, the segments it makes and frees when PyTorch
+    /// did, and the first decision it makes otherwise (a check that memscape understands the
+    /// allocator, before trusting its allocator what-ifs).
+    Replay(replay::Args),
     /// Generate a realistic synthetic snapshot (deterministic for a given seed).
     Synth(synth::Args),
     /// Run a CUDA program and record every device allocation it makes (needs an NVIDIA GPU).
@@ -89,6 +95,7 @@ fn main() -> ExitCode {
         Command::Skill(a) => done(skill::run(a)),
         Command::Merge(a) => done(merge::run(a)),
         Command::Slice(a) => done(slice::run(a)),
+        Command::Replay(a) => done(replay::run(a)),
         Command::Synth(a) => done(synth::run(a)),
         // The program's own exit code is memscape's.
         Command::Capture(a) => launch::run(a),

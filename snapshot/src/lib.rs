@@ -33,7 +33,8 @@ pub use memscape_compare::{check, diff, ranks};
 pub use memscape_doctor as doctor;
 pub use memscape_format::{units, write};
 pub use memscape_replay::{
-    allocator, frames, history, host, labels, layout, merge, pools, search, settings, sites, slice, state, timeline,
+    allocator, frames, history, host, labels, layout, merge, pools, search, settings, simulate, sites, slice, state,
+    timeline,
 };
 pub use memscape_synth as synth;
 

@@ -387,7 +387,8 @@ fn a_device_the_file_lacks_exits_2_naming_the_devices_it_has_in_every_command() 
     let p = profile.to_str().unwrap();
     let never = dir.join("x.profile");
     let x = never.to_str().unwrap();
-    let runs: [&[&str]; 6] = [
+    let runs: [&[&str]; 7] = [
+        &["replay", f, "--device", "7"],
         &["check", f, "--device", "7", "--max-peak", "1G"],
         &["check", p, "--device", "7", "--max-peak", "1G"],
         &["doctor", f, "--device", "7"],
@@ -405,4 +406,32 @@ fn a_device_the_file_lacks_exits_2_naming_the_devices_it_has_in_every_command() 
     assert!(!never.exists(), "no profile written");
     // The device the file has still works.
     assert!(memscape(&["doctor", f, "--device", "0"]).status.success());
+}
+
+/// `memscape replay --json`: the simulator's agreement with the recording, per device, in the
+/// shape the issue names; on this example every allocation is placed as recorded.
+#[test]
+fn replay_prints_the_simulators_agreement_per_device() {
+    let example = testkit::example("cs336-fullstep.pickle");
+    let dir = std::env::temp_dir().join(format!("memscape-cli-replay-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("run.pickle");
+    std::fs::write(&file, example).unwrap();
+    let out = memscape(&["replay", "--json", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let devices = v["devices"].as_array().unwrap();
+    assert_eq!(devices.len(), 1);
+    let d = &devices[0];
+    assert_eq!(d["device"], 0);
+    let n = d["allocations"].as_u64().unwrap();
+    assert!(n > 1000, "{d}");
+    assert_eq!(d["placed_as_recorded"].as_u64(), Some(n), "{d}");
+    assert_eq!(d["segment_events_matched"], d["segment_events"], "{d}");
+    assert_eq!(d["reserved_max_abs_diff_bytes"], 0, "{d}");
+    assert!(d["first_disagreement"].is_null(), "{d}");
+    let text = memscape(&["replay", file.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains(&format!("allocations placed as recorded: {n} of {n} (100.00%)")), "{text}");
+    assert!(text.contains("every decision as recorded"), "{text}");
 }

@@ -19,6 +19,7 @@ pub mod merge;
 pub mod pools;
 pub mod search;
 pub mod settings;
+pub mod simulate;
 pub mod sites;
 pub mod slice;
 pub mod state;

@@ -14,6 +14,7 @@ mod persistent;
 mod pools;
 mod python;
 mod ranks;
+mod simulate;
 mod slice;
 mod whatif_measured;
 
