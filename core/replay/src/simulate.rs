@@ -195,18 +195,49 @@ impl Simulator {
             return false;
         }
         self.take_free(start);
+        let pool = self.segments[&b.segment].pool;
         if address > start {
-            self.put_free(start, Block { size: address - start, ..b });
+            // What is left before it: a free block, unless too small to be one (a large-pool
+            // block is over 1 MiB, a small-pool one at least 512 bytes): then it is the end of
+            // the allocated block before it, which kept the remainder when it was cut.
+            let left = address - start;
+            let tiny = if pool.1 { left < MIN_BLOCK } else { left <= SMALL_SIZE };
+            let before = self.blocks.range(..start).next_back().map(|(&pa, &pb)| (pa, pb));
+            match before {
+                Some((pa, pb)) if tiny && pb.allocated && pb.segment == b.segment && pa + pb.size == start => {
+                    self.blocks.insert(pa, Block { size: pb.size + left, ..pb });
+                }
+                _ => self.put_free(start, Block { size: left, ..b }),
+            }
         }
         let end = start + b.size;
         let rest = end - (address + size);
         // A remainder too small to be a block stays with the block, as the allocator keeps it.
-        let pool = self.segments[&b.segment].pool;
         let used = if rest == 0 || self.should_split(pool, size + rest, size) { size } else { size + rest };
         if used < end - address {
             self.put_free(address + used, Block { size: end - address - used, ..b });
         }
         self.blocks.insert(address, Block { size: used, segment: b.segment, allocated: true });
+        true
+    }
+
+    /// The allocated block at `address` is `by` bytes longer, taken from the free block after
+    /// it (a remainder it kept when it was cut, which the state before a recording cannot
+    /// show). False when no such free block follows.
+    pub fn extend(&mut self, address: u64, by: u64) -> bool {
+        let Some(b) = self.blocks.get(&address).copied().filter(|b| b.allocated) else { return false };
+        let end = address + b.size;
+        let Some(next) = self.blocks.get(&end).copied().filter(|n| !n.allocated && n.segment == b.segment) else {
+            return false;
+        };
+        if next.size < by {
+            return false;
+        }
+        self.take_free(end);
+        if next.size > by {
+            self.put_free(end + by, Block { size: next.size - by, ..next });
+        }
+        self.blocks.insert(address, Block { size: b.size + by, ..b });
         true
     }
 
@@ -296,6 +327,31 @@ pub fn replay(snap: &Snapshot, device: usize) -> Agreement {
         sim.add_segment(s.address, s.size, s.stream, s.pool);
         for (b, &(size, _)) in s.blocks.iter().zip(&l.blocks) {
             sim.force(b.address, size.max(MIN_BLOCK));
+        }
+    }
+    // A large-pool block is over 1 MiB: an allocation recorded less than that past the start of
+    // a free block of the state before the recording shows that the live block before it kept
+    // the remainder when it was cut. The first allocation in each such free block says so.
+    let mut seen = std::collections::HashSet::new();
+    for i in 0..t.len() {
+        if t.action(i) != Action::Alloc {
+            continue;
+        }
+        let addr = t.addr(i);
+        let Some((start, b)) = sim.blocks.range(..=addr).next_back().map(|(&s, &b)| (s, b)) else { continue };
+        if b.allocated || addr >= start.saturating_add(b.size) || !seen.insert(start) {
+            continue;
+        }
+        let large = !sim.segments.get(&b.segment).is_some_and(|s| s.pool.1);
+        if large && addr > start && addr - start <= SMALL_SIZE {
+            if let Some((&pa, _)) = sim
+                .blocks
+                .range(..start)
+                .next_back()
+                .filter(|(pa, pb)| pb.allocated && pb.segment == b.segment && **pa + pb.size == start)
+            {
+                sim.extend(pa, addr - start);
+            }
         }
     }
     // The recording's reserved bytes, followed forward from the state before its first entry.
