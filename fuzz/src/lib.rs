@@ -1,7 +1,7 @@
 //! What every fuzz target checks once the reader accepted an input: the analyses (the
 //! categories and what-if among them) run on the model without panicking, and the writer's
 //! output reads back to a fixpoint. The targets of the layers above the replay add the doctor
-//! and the flame graph ([`doctor`]), slices ([`slices`]), the diff and the budget check
+//! and the flame graph ([`doctor`]; the allocator replay too), slices ([`slices`]), the diff and the budget check
 //! ([`compare`]). Built with overflow checks on (`Cargo.toml`): a size from the file summed
 //! without saturating is a crash.
 
@@ -77,6 +77,9 @@ pub fn doctor(snap: &Snapshot, seed: u8) {
     for d in snap.devices().into_iter().take(DEVICES) {
         let (tl, cats) = analysed(snap, d);
         let index = StateIndex::build(snap, d);
+        // The allocator replay: counts that hold together.
+        let a = snapshot::simulate::replay(snap, d);
+        assert!(a.placed_as_recorded <= a.allocations && a.segment_events_matched <= a.segment_events);
         let report = snapshot::doctor::diagnose(snap, &tl, &cats, &index);
         assert_eq!(report.ooms.len(), snapshot::doctor::oom_entries(snap, d).len());
         let ooms = snapshot::doctor::oom_entries(snap, d);

@@ -98,16 +98,28 @@ impl Simulator {
 
     /// Adds a segment at `address`, all free.
     /// A segment of the small pool's size ([`SMALL_BUFFER`]) is the small pool's.
-    pub fn add_segment(&mut self, address: u64, size: u64, stream: i64, pool: Option<PoolId>) {
+    /// False (nothing added) where it would overlap a segment the simulator has (a file whose
+    /// segments overlap).
+    pub fn add_segment(&mut self, address: u64, size: u64, stream: i64, pool: Option<PoolId>) -> bool {
+        if size == 0 || self.overlaps(address, size) {
+            return false;
+        }
         let pool = (pool.filter(|p| *p != (0, 0)), size == SMALL_BUFFER);
         self.segments.insert(address, Segment { size, stream, pool });
         self.reserved = self.reserved.saturating_add(size);
         self.put_free(address, Block { size, segment: address, allocated: false });
+        true
+    }
+
+    /// Whether `size` bytes at `address` overlap a segment.
+    fn overlaps(&self, address: u64, size: u64) -> bool {
+        let end = address.saturating_add(size);
+        self.segments.range(..end).next_back().is_some_and(|(&a, s)| a.saturating_add(s.size) > address)
     }
 
     fn key(&self, address: u64, b: &Block) -> FreeKey {
-        let s = &self.segments[&b.segment];
-        (s.pool, s.stream, b.size, address)
+        let (pool, stream) = self.segments.get(&b.segment).map_or(((None, false), 0), |s| (s.pool, s.stream));
+        (pool, stream, b.size, address)
     }
 
     fn put_free(&mut self, address: u64, b: Block) {
@@ -144,7 +156,7 @@ impl Simulator {
 
     /// `should_split` for a block of `size` cut to `wanted`.
     fn should_split(&self, pool: Pool, size: u64, wanted: u64) -> bool {
-        let remaining = size - wanted;
+        let remaining = size.saturating_sub(wanted);
         if pool.1 {
             remaining >= MIN_BLOCK
         } else {
@@ -167,10 +179,23 @@ impl Simulator {
             Some(a) => (a, None),
             None => {
                 let seg = segment_size(size);
-                let a = place(seg);
-                self.segments.insert(a, Segment { size: seg, stream, pool });
-                self.reserved = self.reserved.saturating_add(seg);
-                self.put_free(a, Block { size: seg, segment: a, allocated: false });
+                let mut a = place(seg);
+                if self.overlaps(a, seg) {
+                    // Where a file's segments overlap: past the highest segment, if anywhere.
+                    a = self.segments.iter().next_back().map_or(0, |(&a, s)| a.saturating_add(s.size));
+                }
+                if !self.add_segment(a, seg, stream, pool.0) {
+                    return Placement { address: u64::MAX, size, new_segment: None };
+                }
+                // The pool is the request's (a private pool's large segment may be 2 MiB).
+                if let Some(s) = self.segments.get_mut(&a) {
+                    if s.pool != pool {
+                        let k = (s.pool, s.stream, seg, a);
+                        s.pool = pool;
+                        self.free.remove(&k);
+                        self.free.insert((pool, stream, seg, a));
+                    }
+                }
                 (a, Some(seg))
             }
         };
@@ -178,7 +203,10 @@ impl Simulator {
             return Placement { address, size, new_segment };
         };
         let used = if self.should_split(pool, b.size, size) {
-            self.put_free(address + size, Block { size: b.size - size, segment: b.segment, allocated: false });
+            self.put_free(
+                address.saturating_add(size),
+                Block { size: b.size - size, segment: b.segment, allocated: false },
+            );
             size
         } else {
             b.size
@@ -195,7 +223,7 @@ impl Simulator {
             return false;
         }
         self.take_free(start);
-        let pool = self.segments[&b.segment].pool;
+        let pool = self.segments.get(&b.segment).map_or((None, false), |s| s.pool);
         if address > start {
             // What is left before it: a free block, unless too small to be one (a large-pool
             // block is over 1 MiB, a small-pool one at least 512 bytes): then it is the end of
@@ -204,18 +232,24 @@ impl Simulator {
             let tiny = if pool.1 { left < MIN_BLOCK } else { left <= SMALL_SIZE };
             let before = self.blocks.range(..start).next_back().map(|(&pa, &pb)| (pa, pb));
             match before {
-                Some((pa, pb)) if tiny && pb.allocated && pb.segment == b.segment && pa + pb.size == start => {
-                    self.blocks.insert(pa, Block { size: pb.size + left, ..pb });
+                Some((pa, pb))
+                    if tiny && pb.allocated && pb.segment == b.segment && pa.saturating_add(pb.size) == start =>
+                {
+                    self.blocks.insert(pa, Block { size: pb.size.saturating_add(left), ..pb });
                 }
                 _ => self.put_free(start, Block { size: left, ..b }),
             }
         }
-        let end = start + b.size;
-        let rest = end - (address + size);
+        let end = start.saturating_add(b.size);
+        let rest = end.saturating_sub(address.saturating_add(size));
         // A remainder too small to be a block stays with the block, as the allocator keeps it.
-        let used = if rest == 0 || self.should_split(pool, size + rest, size) { size } else { size + rest };
+        let used = if rest == 0 || self.should_split(pool, size.saturating_add(rest), size) {
+            size
+        } else {
+            size.saturating_add(rest)
+        };
         if used < end - address {
-            self.put_free(address + used, Block { size: end - address - used, ..b });
+            self.put_free(address.saturating_add(used), Block { size: end - address - used, ..b });
         }
         self.blocks.insert(address, Block { size: used, segment: b.segment, allocated: true });
         true
@@ -226,7 +260,7 @@ impl Simulator {
     /// show). False when no such free block follows.
     pub fn extend(&mut self, address: u64, by: u64) -> bool {
         let Some(b) = self.blocks.get(&address).copied().filter(|b| b.allocated) else { return false };
-        let end = address + b.size;
+        let end = address.saturating_add(b.size);
         let Some(next) = self.blocks.get(&end).copied().filter(|n| !n.allocated && n.segment == b.segment) else {
             return false;
         };
@@ -235,9 +269,9 @@ impl Simulator {
         }
         self.take_free(end);
         if next.size > by {
-            self.put_free(end + by, Block { size: next.size - by, ..next });
+            self.put_free(end.saturating_add(by), Block { size: next.size - by, ..next });
         }
-        self.blocks.insert(address, Block { size: b.size + by, ..b });
+        self.blocks.insert(address, Block { size: b.size.saturating_add(by), ..b });
         true
     }
 
@@ -247,15 +281,16 @@ impl Simulator {
         self.blocks.remove(&address);
         let (mut start, mut size) = (address, b.size);
         if let Some((pa, p)) = self.blocks.range(..address).next_back().map(|(&pa, &p)| (pa, p)) {
-            if !p.allocated && p.segment == b.segment && pa + p.size == address {
+            if !p.allocated && p.segment == b.segment && pa.saturating_add(p.size) == address {
                 self.take_free(pa);
                 start = pa;
                 size += p.size;
             }
         }
-        if let Some(n) = self.blocks.get(&(address + b.size)).copied() {
+        let end = address.saturating_add(b.size);
+        if let Some(n) = self.blocks.get(&end).copied().filter(|_| end > address) {
             if !n.allocated && n.segment == b.segment {
-                self.take_free(address + b.size);
+                self.take_free(end);
                 size += n.size;
             }
         }
@@ -348,7 +383,7 @@ pub fn replay(snap: &Snapshot, device: usize) -> Agreement {
                 .blocks
                 .range(..start)
                 .next_back()
-                .filter(|(pa, pb)| pb.allocated && pb.segment == b.segment && **pa + pb.size == start)
+                .filter(|(pa, pb)| pb.allocated && pb.segment == b.segment && pa.saturating_add(pb.size) == start)
             {
                 sim.extend(pa, addr - start);
             }

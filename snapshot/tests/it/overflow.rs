@@ -397,3 +397,14 @@ fn checks_saturate() {
         assert!(shrank.budgets.iter().any(|b| b.name == "max-growth" && b.passed), "{what}");
     }
 }
+
+#[test]
+fn the_allocator_replay_saturates() {
+    for (what, snap) in both() {
+        for d in snap.devices() {
+            let a = snapshot::simulate::replay(&snap, d);
+            assert!(a.placed_as_recorded <= a.allocations, "{what}: {a:?}");
+            assert!(a.segment_events_matched <= a.segment_events, "{what}: {a:?}");
+        }
+    }
+}
