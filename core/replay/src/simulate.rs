@@ -154,6 +154,23 @@ impl Simulator {
         Some(address)
     }
 
+    /// Whether `bytes` are too few to be a block of `pool` (a large-pool block is over 1 MiB, a
+    /// small-pool one at least 512 bytes): such a remainder stays with the block it was cut
+    /// from.
+    fn too_small(pool: Pool, bytes: u64) -> bool {
+        if pool.1 {
+            bytes < MIN_BLOCK
+        } else {
+            bytes <= SMALL_SIZE
+        }
+    }
+
+    /// The allocated block of `segment` that ends at `start`, if any.
+    fn allocated_before(&self, start: u64, segment: u64) -> Option<(u64, Block)> {
+        let (&pa, &pb) = self.blocks.range(..start).next_back()?;
+        (pb.allocated && pb.segment == segment && pa.saturating_add(pb.size) == start).then_some((pa, pb))
+    }
+
     /// `should_split` for a block of `size` cut to `wanted`.
     fn should_split(&self, pool: Pool, size: u64, wanted: u64) -> bool {
         let remaining = size.saturating_sub(wanted);
@@ -225,19 +242,14 @@ impl Simulator {
         self.take_free(start);
         let pool = self.segments.get(&b.segment).map_or((None, false), |s| s.pool);
         if address > start {
-            // What is left before it: a free block, unless too small to be one (a large-pool
-            // block is over 1 MiB, a small-pool one at least 512 bytes): then it is the end of
-            // the allocated block before it, which kept the remainder when it was cut.
+            // What is left before it: a free block, unless too small to be one: then it is the
+            // end of the allocated block before it, which kept the remainder when it was cut.
             let left = address - start;
-            let tiny = if pool.1 { left < MIN_BLOCK } else { left <= SMALL_SIZE };
-            let before = self.blocks.range(..start).next_back().map(|(&pa, &pb)| (pa, pb));
-            match before {
-                Some((pa, pb))
-                    if tiny && pb.allocated && pb.segment == b.segment && pa.saturating_add(pb.size) == start =>
-                {
+            match self.allocated_before(start, b.segment).filter(|_| Self::too_small(pool, left)) {
+                Some((pa, pb)) => {
                     self.blocks.insert(pa, Block { size: pb.size.saturating_add(left), ..pb });
                 }
-                _ => self.put_free(start, Block { size: left, ..b }),
+                None => self.put_free(start, Block { size: left, ..b }),
             }
         }
         let end = start.saturating_add(b.size);
@@ -367,7 +379,7 @@ pub fn replay(snap: &Snapshot, device: usize) -> Agreement {
     // A large-pool block is over 1 MiB: an allocation recorded less than that past the start of
     // a free block of the state before the recording shows that the live block before it kept
     // the remainder when it was cut. The first allocation in each such free block says so.
-    let mut seen = std::collections::HashSet::new();
+    let mut seen = rustc_hash::FxHashSet::default();
     for i in 0..t.len() {
         if t.action(i) != Action::Alloc {
             continue;
@@ -378,13 +390,8 @@ pub fn replay(snap: &Snapshot, device: usize) -> Agreement {
             continue;
         }
         let large = !sim.segments.get(&b.segment).is_some_and(|s| s.pool.1);
-        if large && addr > start && addr - start <= SMALL_SIZE {
-            if let Some((&pa, _)) = sim
-                .blocks
-                .range(..start)
-                .next_back()
-                .filter(|(pa, pb)| pb.allocated && pb.segment == b.segment && pa.saturating_add(pb.size) == start)
-            {
+        if large && addr > start && Simulator::too_small((None, false), addr - start) {
+            if let Some((pa, _)) = sim.allocated_before(start, b.segment) {
                 sim.extend(pa, addr - start);
             }
         }
