@@ -573,6 +573,13 @@ fn checks() -> Vec<(String, Sample)> {
         Box::new(|i| per_call(|| drop(black_box(snapshot::simulate::replay(&i.snap, 0))))),
     );
     put(
+        "allocator what-if (the trace under expandable segments)",
+        Box::new(|i| {
+            let p = snapshot::simulate::Policy { expandable: true, ..Default::default() };
+            per_call(|| drop(black_box(snapshot::simulate::run_fresh(&i.snap, 0, &p))))
+        }),
+    );
+    put(
         "private pools (half the segments and entries in four pools)",
         Box::new(|i| per_call(|| drop(black_box(snapshot::pools::pools(&i.pooled, &i.pooled_blocks))))),
     );

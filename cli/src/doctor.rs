@@ -190,5 +190,16 @@ fn print_doctor(out: &mut impl std::io::Write, r: &snapshot::doctor::Report) -> 
             writeln!(out, "  {:>12} {:>12}  {}: {}", "-", "", w.change, w.assumption)?;
         }
     }
+    if !r.allocator_what_if.is_empty() {
+        let cap = r.allocator_what_if[0].capacity_bytes.map_or("no limit".into(), |c| fs(c.into()));
+        writeln!(
+            out,
+            "
+allocator settings, simulated on this trace (device of {cap}):"
+        )?;
+        for t in &r.allocator_what_if {
+            writeln!(out, "  {}", t.sentence)?;
+        }
+    }
     Ok(())
 }

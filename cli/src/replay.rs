@@ -1,7 +1,8 @@
 //! `memscape replay`: a recording replayed through the simulated caching allocator
 //! (`snapshot::simulate`), decision by decision: how many allocations it places where PyTorch
 //! did, which segments it makes and frees when PyTorch did, and the first decision it makes
-//! otherwise, with that entry's call site.
+//! otherwise, with that entry's call site. With `--alloc-conf`, the trace run under other
+//! allocator settings instead (`snapshot::doctor::tuning`): the peak reserved and the errors.
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -18,10 +19,18 @@ pub(crate) struct Args {
     /// Device (default: every device with a trace).
     #[arg(long)]
     device: Option<usize>,
+    /// Run the trace under these allocator settings, as PYTORCH_CUDA_ALLOC_CONF writes them
+    /// (e.g. expandable_segments:True), against the file's own, instead of checking it.
+    #[arg(long, value_name = "CONF")]
+    alloc_conf: Option<String>,
+    /// The device's memory for --alloc-conf, e.g. 80G (default: what the process could reach
+    /// at its first out-of-memory error, else the device's memory where the file says it).
+    #[arg(long, value_name = "SIZE", value_parser = crate::parse::parse_size)]
+    device_memory: Option<u64>,
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
-    let Args { file, json, device } = args;
+    let Args { file, json, device, alloc_conf, device_memory } = args;
     let loaded = load(&file)?;
     for w in &loaded.warnings {
         eprintln!("memscape: {}: warning: {w}", file.display());
@@ -31,8 +40,27 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         Some(_) => vec![snap.pick_device(device).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?],
         None => snap.devices().into_iter().filter(|&d| !snap.trace(d).is_empty()).collect(),
     };
-    let agreements: Vec<_> = devices.iter().map(|&d| snapshot::simulate::replay(snap, d)).collect();
     let mut out = std::io::stdout().lock();
+    if let Some(conf) = alloc_conf {
+        let mut tuned = Vec::new();
+        for &d in &devices {
+            let capacity = device_memory.or_else(|| snapshot::doctor::tuning::capacity(snap, d));
+            let t = snapshot::doctor::tuning::tune(snap, d, capacity, &[conf.as_str()])
+                .map_err(|e| anyhow::anyhow!("--alloc-conf: {e}"))?;
+            tuned.extend(t.into_iter().map(|t| (d, t)));
+        }
+        if json {
+            let devices: Vec<_> = tuned.iter().map(|(d, t)| serde_json::json!({"device": d, "what_if": t})).collect();
+            serde_json::to_writer(&mut out, &serde_json::json!({ "devices": devices }))?;
+            writeln!(out)?;
+        } else {
+            for (d, t) in &tuned {
+                writeln!(out, "device {d}: {}", t.sentence)?;
+            }
+        }
+        return Ok(());
+    }
+    let agreements: Vec<_> = devices.iter().map(|&d| snapshot::simulate::replay(snap, d)).collect();
     if json {
         serde_json::to_writer(&mut out, &serde_json::json!({ "devices": agreements }))?;
         writeln!(out)?;

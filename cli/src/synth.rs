@@ -52,6 +52,11 @@ pub(crate) struct Args {
     /// End the recording after its first forward pass.
     #[arg(long)]
     end_in_forward: bool,
+    /// The allocator's settings, as PYTORCH_CUDA_ALLOC_CONF writes them
+    /// (e.g. expandable_segments:True,max_split_size_mb:128; roundup_power2_divisions takes one
+    /// value for every size here).
+    #[arg(long, value_name = "CONF")]
+    alloc_conf: Option<String>,
     /// Also write what was planted (bytes per category at the peak, the leak's and the
     /// extra activation's call sites) as JSON to this file.
     #[arg(long)]
@@ -76,6 +81,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         warmup_steps,
         no_annotations,
         end_in_forward,
+        alloc_conf,
         truth,
         output,
     } = args;
@@ -95,6 +101,16 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     opts.warmup_steps = warmup_steps;
     opts.annotations = !no_annotations;
     opts.end_in_forward = end_in_forward;
+    if let Some(conf) = alloc_conf {
+        let p =
+            snapshot::simulate::Policy::default().with_conf(&conf).map_err(|e| anyhow::anyhow!("--alloc-conf: {e}"))?;
+        opts.allocator = snapshot::synth::AllocatorOptions {
+            expandable_segments: p.expandable,
+            max_split_size: p.max_split,
+            roundup_power2_divisions: p.divisions.iter().copied().max().unwrap_or(0),
+            garbage_collection_threshold: p.gc_threshold,
+        };
+    }
     let (snap, planted) = snapshot::synth::generate_with_truth(&opts);
     if let Some(path) = truth {
         use snapshot::categories::Category;
@@ -102,6 +118,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             Category::ALL.iter().map(|c| (c.key().to_string(), planted.at_peak[c.index()].into())).collect();
         let json = serde_json::json!({
             "peak_bytes": planted.peak_bytes,
+            "peak_reserved_bytes": planted.peak_reserved_bytes,
             "at_peak": at_peak,
             "iterations": planted.iterations,
             "leak": (opts.leak_bytes > 0).then(|| serde_json::json!({"site": snapshot::synth::LEAK_SITE, "bytes_per_iteration": opts.leak_bytes})),

@@ -162,6 +162,23 @@ class McpServer(unittest.TestCase):
         opened = await c.call("open", {"path": str(path)})
         self.assertEqual(opened["devices_with_oom"], [doctor["device"]])
 
+    def test_an_allocator_what_if_equals_the_command_line_and_avoids_a_fragmentation_oom(self) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            generated = synth(Path(tmp) / "frag.pickle", "--fragmentation-oom")
+            doctor = cli("doctor", "--json", str(generated))
+            replayed = cli("replay", "--json", "--alloc-conf", "expandable_segments:True", str(generated))
+            offered = {t["conf"]: t for t in doctor["allocator_what_if"]}
+            self.assertEqual(offered["expandable_segments:True"], replayed["devices"][0]["what_if"])
+            self.assertEqual(offered["expandable_segments:True"]["recorded_ooms_avoided"], 1)
+
+            async def body(s: ClientSession, c: Client) -> None:
+                w = await c.call("what_if", {"path": str(generated), "alloc_conf": "expandable_segments:True"})
+                self.assertEqual(w["allocator"], [offered["expandable_segments:True"]])
+                self.assertIn("would not happen", w["allocator"][0]["sentence"])
+                bad = await c.error("what_if", {"path": str(generated), "alloc_conf": "expandable_segments:maybe"})
+                self.assertIn("expandable_segments:maybe", str(bad))
+            run(body)
+
     def test_diff_ranks_and_check_equal_the_command_line(self) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             t = Path(tmp)

@@ -78,6 +78,12 @@ struct WhatIfArgs {
     device: Option<usize>,
     /// Also predict the peak with the batch size times this factor (e.g. 1.5).
     batch_factor: Option<f64>,
+    /// Also run the recorded trace through the simulated caching allocator under these
+    /// settings, as PYTORCH_CUDA_ALLOC_CONF writes them (e.g. "expandable_segments:True").
+    alloc_conf: Option<String>,
+    /// The device's memory in bytes for alloc_conf (default: what the process could reach at
+    /// its first out-of-memory error, else the device's memory where the file says it).
+    device_memory_bytes: Option<u64>,
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -191,10 +197,11 @@ impl Server {
 
     #[tool(
         name = "what_if",
-        description = "Predicted peak of the run under changes of its training setup: activation checkpointing per layer, bf16 activations, SGD with momentum / 8-bit Adam / Adafactor instead of the run's optimizer, zero_grad(set_to_none=True) before forward, batch x2 and x0.5 (and x batch_factor if given). Each row says whether it applies and what it assumes."
+        description = "Predicted peak of the run under changes of its training setup: activation checkpointing per layer, bf16 activations, SGD with momentum / 8-bit Adam / Adafactor instead of the run's optimizer, zero_grad(set_to_none=True) before forward, batch x2 and x0.5 (and x batch_factor if given). Each row says whether it applies and what it assumes. With alloc_conf (e.g. \"expandable_segments:True\", \"max_split_size_mb:512\"), also the trace run through the simulated caching allocator under those settings: the peak reserved against the file's own settings and which out-of-memory errors would not happen (a simulation of this trace)."
     )]
     async fn what_if(&self, Parameters(a): Parameters<WhatIfArgs>) -> Out {
-        self.with(|s| s.what_if(&a.path, a.device, a.batch_factor)).map(Json)
+        self.with(|s| s.what_if(&a.path, a.device, a.batch_factor, a.alloc_conf.as_deref(), a.device_memory_bytes))
+            .map(Json)
     }
 
     #[tool(

@@ -167,8 +167,16 @@ impl Session {
         Ok(v)
     }
 
-    /// `what_if`: the peak under each change (the doctor's default changes, a batch factor).
-    pub(crate) fn what_if(&mut self, path: &str, device: Option<usize>, batch: Option<f64>) -> Answer {
+    /// `what_if`: the peak under each change (the doctor's default changes, a batch factor),
+    /// and the trace under other allocator settings (`alloc_conf`).
+    pub(crate) fn what_if(
+        &mut self,
+        path: &str,
+        device: Option<usize>,
+        batch: Option<f64>,
+        alloc_conf: Option<&str>,
+        memory: Option<u64>,
+    ) -> Answer {
         let (snap, dev, _, _) = self.device(path, device)?;
         let mut changes = Change::DEFAULTS.to_vec();
         if let Some(k) = batch {
@@ -189,7 +197,11 @@ impl Session {
                 })
             })
             .collect();
-        Ok(json!({ "what_if": rows }))
+        let Some(conf) = alloc_conf else { return Ok(json!({ "what_if": rows })) };
+        let d = dev.tl.device();
+        let capacity = memory.or_else(|| snapshot::doctor::tuning::capacity(snap, d));
+        let tuned = snapshot::doctor::tuning::tune(snap, d, capacity, &[conf])?;
+        Ok(json!({ "what_if": rows, "allocator": tuned }))
     }
 
     /// `categories`: bytes per category at the peak (or at `step`), the budget, and what was

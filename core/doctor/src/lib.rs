@@ -31,6 +31,7 @@ pub mod holders;
 mod layers;
 /// The allocator settings, read where the replay reads them ([`memscape_replay::settings`]).
 pub use memscape_replay::settings;
+pub mod tuning;
 pub mod verdict;
 pub mod whatif;
 
@@ -38,6 +39,7 @@ pub use advice::Advice;
 pub use figures::{Figures, PoolFree, PoolKind};
 pub use holders::Holder;
 pub use settings::Settings;
+pub use tuning::Tuning;
 pub use verdict::Verdict;
 pub use whatif::{what_if, Basis, Change, Optimizer, WhatIf};
 
@@ -152,6 +154,10 @@ pub struct Report {
     pub at_end: Option<AtEnd>,
     /// Predicted peaks under changes of the training setup.
     pub what_if: Vec<WhatIf>,
+    /// Allocator settings tried on the recorded trace ([`tuning`]), when fragmentation caused
+    /// an out-of-memory error.
+    #[serde(default)]
+    pub allocator_what_if: Vec<Tuning>,
     /// The allocator settings in force.
     pub settings: Settings,
 }
@@ -199,7 +205,13 @@ pub fn diagnose(snap: &Snapshot, tl: &Timeline, cats: &Categories, index: &State
     let (at_peak, at_end_state) = (at_peak.unwrap_or_default(), at_end_state.unwrap_or_default());
     let peak = peak(&mut r, &ooms, peak_entry, &at_peak);
     let at_end = ooms.is_empty().then(|| at_end(&mut r, &at_end_state));
-    Report { device: device as u32, ooms, peak, at_end, what_if, settings }
+    let allocator_what_if = if ooms.iter().any(|o| o.verdict == Verdict::Fragmentation) {
+        let reach = ooms.iter().find_map(|o| Some(o.reserved_bytes.saturating_add(o.device_free_bytes?)));
+        tuning::tune(snap, device, reach.or(peak.capacity_bytes), &tuning::offered(snap, device)).unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    Report { device: device as u32, ooms, peak, at_end, what_if, allocator_what_if, settings }
 }
 
 /// The OOMs at `entries` of the device of `index` (each must be an `oom` entry; others are

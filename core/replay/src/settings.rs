@@ -24,6 +24,11 @@ pub struct Settings {
     /// True when some `roundup_power2_divisions` is set (block sizes are then rounded more
     /// than the doctor assumes).
     pub roundup_power2_divisions: bool,
+    /// The divisions of each power-of-two interval of sizes from 1 MiB (`[1 MiB, 2 MiB)`,
+    /// `[2 MiB, 4 MiB)`, ..., the 16th from 32 GiB up), as `roundup_power2_divisions` sets them
+    /// (0 or 1: no rounding beyond 512 bytes); empty where the file records none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub roundup_divisions: Vec<u64>,
 }
 
 impl Settings {
@@ -81,17 +86,47 @@ pub fn settings(snap: &Snapshot, device: usize) -> Settings {
             Some(Value::Float(f)) => Some(*f),
             other => int(other).map(|i| i as f64),
         };
-        // A dict of divisions by size (or a list by power of two): one value for all devices.
-        s.roundup_power2_divisions = match v.get("roundup_power2_divisions") {
-            Some(Value::Dict(items)) => items.iter().any(|(_, d)| int(Some(d)).is_some_and(|d| d > 0)),
-            Some(Value::List(items)) => items.iter().any(|d| int(Some(d)).is_some_and(|d| d > 0)),
-            other => int(other).is_some_and(|d| d > 0),
-        };
+        // A dict of divisions by size in MiB (PyTorch writes the keys "1", "2", ..., "32768"),
+        // a list by interval, or one value for every interval: the same for all devices.
+        s.roundup_divisions = divisions(v.get("roundup_power2_divisions"));
+        s.roundup_power2_divisions = s.roundup_divisions.iter().any(|&d| d > 0);
     }
     if snap.segments.iter().any(|g| g.device == device as i64 && g.is_expandable == Some(true)) {
         s.expandable_segments = Some(true);
     }
     s
+}
+
+/// How many power-of-two intervals `roundup_power2_divisions` sets (1 MiB to 32 GiB and up:
+/// `kRoundUpPowerOfTwoIntervals`).
+pub const INTERVALS: usize = 16;
+
+/// The divisions of each interval, from the recorded `roundup_power2_divisions`.
+fn divisions(v: Option<&Value>) -> Vec<u64> {
+    let value = |d: &Value| int(Some(d)).map_or(0, |d| d.clamp(0, 1 << 20) as u64);
+    match v {
+        Some(Value::Dict(items)) => {
+            let mut out = vec![0; INTERVALS];
+            for (k, d) in items {
+                let mib = match k {
+                    Value::Str(s) => s.trim().parse::<u64>().ok(),
+                    Value::Int(i) => u64::try_from(*i).ok(),
+                    _ => None,
+                };
+                if let Some(mib) = mib.filter(|m| *m > 0) {
+                    out[(mib.ilog2() as usize).min(INTERVALS - 1)] = value(d);
+                }
+            }
+            out
+        }
+        Some(Value::List(items)) => {
+            let mut out: Vec<u64> = items.iter().take(INTERVALS).map(value).collect();
+            out.resize(INTERVALS, 0);
+            out
+        }
+        Some(d) if int(Some(d)).is_some() => vec![value(d); INTERVALS],
+        _ => Vec::new(),
+    }
 }
 
 /// A snapshot whose `allocator_settings` are `items` (for tests of what reads them).
@@ -122,6 +157,8 @@ mod tests {
         assert_eq!((zero.garbage_collection_threshold, one.garbage_collection_threshold), (Some(0.6), Some(0.6)));
         // Keyed by sizes, not devices: the same for every device.
         assert!(zero.roundup_power2_divisions && one.roundup_power2_divisions);
+        // "1" is the interval of 1 MiB; the others are 0 (unset).
+        assert_eq!(zero.roundup_divisions[..3], [4, 0, 0]);
         assert_eq!(setting(&s, "expandable_segments", 2), None, "a device the list does not reach");
     }
 }

@@ -20,13 +20,14 @@
 
 mod training;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use memscape_analysis::categories::{self, Category, N};
 use memscape_format::intern::{self, StrId};
 use memscape_format::model::{self, Action, Block, BlockState, Entry, FrameId, Segment, Snapshot, StackId, Trace};
 use memscape_format::value::Value;
-use memscape_replay::allocator::{self, is_small, round_large, round_size, segment_size, should_split};
+use memscape_replay::allocator::{self, round_large};
+use memscape_replay::simulate::{Event, Policy, Simulator};
 
 use training::{run_training, Names};
 
@@ -91,6 +92,54 @@ pub struct Options {
     /// The recording ends after the first recorded forward pass (the snapshot is taken
     /// there, as on an error in forward).
     pub end_in_forward: bool,
+    /// The allocator's settings (`PYTORCH_CUDA_ALLOC_CONF`), written into the snapshot's
+    /// `allocator_settings` as PyTorch writes them.
+    pub allocator: AllocatorOptions,
+}
+
+/// The caching allocator's settings of a generated run.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AllocatorOptions {
+    /// `expandable_segments:True`.
+    pub expandable_segments: bool,
+    /// `max_split_size_mb`, in bytes (`None`: unlimited).
+    pub max_split_size: Option<u64>,
+    /// `roundup_power2_divisions` of every size interval (0: none).
+    pub roundup_power2_divisions: u64,
+    /// `garbage_collection_threshold` (0: off). PyTorch applies it under a memory fraction;
+    /// the generator takes the device's capacity as that limit.
+    pub garbage_collection_threshold: f64,
+}
+
+impl AllocatorOptions {
+    /// The simulator's policy on a device of `capacity` bytes.
+    pub fn policy(&self, capacity: u64) -> Policy {
+        Policy {
+            max_split: self.max_split_size,
+            divisions: [self.roundup_power2_divisions; memscape_replay::settings::INTERVALS],
+            expandable: self.expandable_segments,
+            gc_threshold: self.garbage_collection_threshold,
+            capacity: Some(capacity),
+        }
+    }
+
+    /// `PYTORCH_CUDA_ALLOC_CONF` for these settings (empty: the defaults).
+    pub fn conf(&self) -> String {
+        let mut parts = Vec::new();
+        if self.expandable_segments {
+            parts.push("expandable_segments:True".to_string());
+        }
+        if let Some(m) = self.max_split_size {
+            parts.push(format!("max_split_size_mb:{}", m >> 20));
+        }
+        if self.roundup_power2_divisions > 0 {
+            parts.push(format!("roundup_power2_divisions:{}", self.roundup_power2_divisions));
+        }
+        if self.garbage_collection_threshold > 0.0 {
+            parts.push(format!("garbage_collection_threshold:{}", self.garbage_collection_threshold));
+        }
+        parts.join(",")
+    }
 }
 
 /// The optimizer of the simulated loop.
@@ -185,6 +234,8 @@ pub struct Truth {
     pub iterations: usize,
     /// The allocator's figures before each out-of-memory error of device 0.
     pub ooms: Vec<OomTruth>,
+    /// The highest bytes device 0's allocator reserved while recording.
+    pub peak_reserved_bytes: u64,
 }
 
 impl Default for Options {
@@ -211,6 +262,7 @@ impl Default for Options {
             warmup_steps: 0,
             annotations: true,
             end_in_forward: false,
+            allocator: AllocatorOptions::default(),
         }
     }
 }
@@ -244,32 +296,27 @@ impl Rng {
 
 const STREAM: i64 = 0;
 
-#[derive(Clone, Debug)]
-struct SimBlock {
-    size: u64,
+/// What the program knows of a block it allocated.
+#[derive(Clone, Copy, Debug)]
+struct Held {
     requested: u64,
-    allocated: bool,
+    size: u64,
     pending: bool,
     stack: Option<StackId>,
 }
 
-#[derive(Debug)]
-struct SimSegment {
-    size: u64,
-    small: bool,
-    stack: StackId,
-    blocks: BTreeMap<u64, SimBlock>,
-}
-
-/// The simulated allocator of one device.
+/// The program's side of one device: the shared allocator simulator
+/// ([`memscape_replay::simulate`]) decides every placement and segment; this records the
+/// trace, the stacks, and what is alive by category.
 struct Allocator {
     device: usize,
     capacity: u64,
     next_addr: u64,
-    reserved: u64,
-    segments: BTreeMap<u64, SimSegment>,
-    free_small: BTreeSet<(u64, u64)>,
-    free_large: BTreeSet<(u64, u64)>,
+    sim: Simulator,
+    /// Allocated blocks, by address.
+    held: BTreeMap<u64, Held>,
+    /// The stack of the request each segment was made (or first mapped) for.
+    segment_stacks: BTreeMap<u64, StackId>,
     pending: Vec<u64>,
     trace: Trace,
     recording: bool,
@@ -288,18 +335,19 @@ struct Allocator {
     planted: usize,
     /// Its own figures before each out-of-memory error.
     ooms: Vec<OomTruth>,
+    /// The highest reserved bytes while recording.
+    peak_reserved: u64,
 }
 
 impl Allocator {
-    fn new(device: usize, capacity: u64, t0: i64) -> Self {
+    fn new(device: usize, policy: Policy, t0: i64) -> Self {
         Allocator {
             device,
-            capacity,
+            capacity: policy.capacity.unwrap_or(u64::MAX),
             next_addr: 0x7f00_0000_0000 + ((device as u64) << 40),
-            reserved: 0,
-            segments: BTreeMap::new(),
-            free_small: BTreeSet::new(),
-            free_large: BTreeSet::new(),
+            sim: Simulator::with_policy(policy),
+            held: BTreeMap::new(),
+            segment_stacks: BTreeMap::new(),
             pending: Vec::new(),
             trace: Trace::default(),
             recording: false,
@@ -312,7 +360,13 @@ impl Allocator {
             at_peak: [0; N],
             planted: 0,
             ooms: Vec::new(),
+            peak_reserved: 0,
         }
+    }
+
+    /// Bytes reserved from the device.
+    fn reserved(&self) -> u64 {
+        self.sim.reserved()
     }
 
     fn record(&mut self, action: Action, addr: Option<u64>, size: u64, stack: Option<StackId>, rng: &mut Rng) {
@@ -320,44 +374,50 @@ impl Allocator {
         if !self.recording {
             return;
         }
+        self.peak_reserved = self.peak_reserved.max(self.reserved());
         let mut e = Entry::new(action, addr.unwrap_or(0), size, STREAM);
         e.addr = addr;
         e.time_us = Some(self.time_us);
         e.frames = stack;
         if action == Action::Oom {
-            e.device_free = Some(self.capacity - self.reserved);
-            let truth = self.figures(self.trace.len(), size, self.capacity - self.reserved);
+            let free = self.capacity.saturating_sub(self.reserved());
+            e.device_free = Some(free);
+            let truth = self.figures(self.trace.len(), size, free);
             self.ooms.push(truth);
         }
         self.trace.push(&e);
     }
 
+    /// Records what the simulator asked of the device, each for the request of `stack`.
+    fn record_events(&mut self, stack: StackId, rng: &mut Rng) {
+        for ev in self.sim.take_events() {
+            let (action, address, size) = match ev {
+                Event::SegmentAlloc { address, size } => (Action::SegmentAlloc, address, size),
+                Event::SegmentFree { address, size } => (Action::SegmentFree, address, size),
+                Event::SegmentMap { address, size } => (Action::SegmentMap, address, size),
+                Event::SegmentUnmap { address, size } => (Action::SegmentUnmap, address, size),
+            };
+            if matches!(action, Action::SegmentAlloc | Action::SegmentMap) {
+                self.segment_stacks.entry(address).or_insert(stack);
+            }
+            self.record(action, Some(address), size, Some(stack), rng);
+        }
+    }
+
     /// The allocator's own figures now.
     fn figures(&self, entry: usize, requested: u64, device_free: u64) -> OomTruth {
-        let blocks = || self.segments.values().flat_map(|s| s.blocks.values());
+        let (cached, large, small) = self.sim.cached();
         OomTruth {
             entry,
             requested_bytes: requested,
             device_free_bytes: device_free,
-            reserved_bytes: self.reserved,
-            allocated_bytes: blocks().filter(|b| b.allocated).map(|b| b.requested).sum(),
-            live_block_bytes: blocks().filter(|b| b.allocated).map(|b| b.size).sum(),
-            cached_free_bytes: blocks().filter(|b| !b.allocated).map(|b| b.size).sum(),
-            largest_free_large_bytes: self.free_large.iter().map(|f| f.0).max().unwrap_or(0),
-            largest_free_small_bytes: self.free_small.iter().map(|f| f.0).max().unwrap_or(0),
+            reserved_bytes: self.reserved(),
+            allocated_bytes: self.held.values().map(|b| b.requested).sum(),
+            live_block_bytes: self.held.values().map(|b| b.size).sum(),
+            cached_free_bytes: cached,
+            largest_free_large_bytes: large,
+            largest_free_small_bytes: small,
         }
-    }
-
-    fn free_set(&mut self, small: bool) -> &mut BTreeSet<(u64, u64)> {
-        if small {
-            &mut self.free_small
-        } else {
-            &mut self.free_large
-        }
-    }
-
-    fn seg_of(&self, addr: u64) -> Option<u64> {
-        self.segments.range(..=addr).next_back().map(|(&a, _)| a)
     }
 
     /// Entries that count against the target size.
@@ -385,64 +445,36 @@ impl Allocator {
     }
 
     fn malloc(&mut self, requested: u64, stack: StackId, cat: Category, rng: &mut Rng) -> Option<u64> {
-        let size = round_size(requested);
-        let small = is_small(size);
-        let found = self.free_set(small).range((size, 0)..).next().copied();
-        let (bsize, addr) = match found {
-            Some(f) => f,
-            None => {
-                let seg_size = segment_size(size);
-                if self.reserved + seg_size > self.capacity {
-                    self.release_cached(stack, rng);
-                }
-                if self.reserved + seg_size > self.capacity {
-                    self.record(Action::Oom, None, size, Some(stack), rng);
-                    return None;
-                }
-                let addr = self.next_addr;
-                self.next_addr += round_large(seg_size);
-                self.reserved += seg_size;
-                let mut blocks = BTreeMap::new();
-                blocks.insert(
-                    addr,
-                    SimBlock { size: seg_size, requested: 0, allocated: false, pending: false, stack: None },
-                );
-                self.segments.insert(addr, SimSegment { size: seg_size, small, stack, blocks });
-                self.record(Action::SegmentAlloc, Some(addr), seg_size, Some(stack), rng);
-                self.free_set(small).insert((seg_size, addr));
-                (seg_size, addr)
+        let next = &mut self.next_addr;
+        let placed = self.sim.malloc(requested, STREAM, None, |size| {
+            let a = *next;
+            *next += round_large(size);
+            a
+        });
+        self.record_events(stack, rng);
+        let p = match placed {
+            Ok(p) => p,
+            Err(e) => {
+                self.record(Action::Oom, None, e.requested_bytes, Some(stack), rng);
+                return None;
             }
         };
-        self.free_set(small).remove(&(bsize, addr));
-        let seg_addr = self.seg_of(addr)?;
-        let seg = self.segments.get_mut(&seg_addr)?;
-        let remaining = bsize - size;
-        let split = should_split(small, remaining);
-        let used = if split { size } else { bsize };
         let kept = Some(stack).filter(|_| self.recording || self.frames_unrecorded);
-        seg.blocks.insert(addr, SimBlock { size: used, requested, allocated: true, pending: false, stack: kept });
-        if split {
-            seg.blocks.insert(
-                addr + size,
-                SimBlock { size: remaining, requested: 0, allocated: false, pending: false, stack: None },
-            );
-            self.free_set(small).insert((remaining, addr + size));
-        }
-        self.record(Action::Alloc, Some(addr), requested, Some(stack), rng);
-        self.account(addr, Some((requested, cat)));
-        Some(addr)
+        self.held.insert(p.address, Held { requested, size: p.size, pending: false, stack: kept });
+        self.record(Action::Alloc, Some(p.address), requested, Some(stack), rng);
+        self.account(p.address, Some((requested, cat)));
+        Some(p.address)
     }
 
     /// Frees a block; with `side_stream` the block waits for another stream first.
     fn free(&mut self, addr: u64, side_stream: bool, rng: &mut Rng) {
-        let Some(seg_addr) = self.seg_of(addr) else { return };
-        let Some(b) = self.segments.get_mut(&seg_addr).and_then(|s| s.blocks.get_mut(&addr)) else { return };
+        let Some(b) = self.held.get_mut(&addr) else { return };
         let (req, stack) = (b.requested, self.context.or(b.stack));
+        if side_stream {
+            b.pending = true;
+        }
         self.record(Action::FreeRequested, Some(addr), req, stack, rng);
         if side_stream {
-            if let Some(b) = self.segments.get_mut(&seg_addr).and_then(|s| s.blocks.get_mut(&addr)) {
-                b.pending = true;
-            }
             self.pending.push(addr);
         } else {
             self.complete_free(addr, rng);
@@ -450,35 +482,8 @@ impl Allocator {
     }
 
     fn complete_free(&mut self, addr: u64, rng: &mut Rng) {
-        let Some(seg_addr) = self.seg_of(addr) else { return };
-        let Some(seg) = self.segments.get_mut(&seg_addr) else { return };
-        let small = seg.small;
-        let Some(b) = seg.blocks.get(&addr).cloned() else { return };
-        let mut start = addr;
-        let mut size = b.size;
-        let mut merged = Vec::new();
-        if let Some((&pa, p)) = seg.blocks.range(..addr).next_back() {
-            if !p.allocated {
-                merged.push((p.size, pa));
-                start = pa;
-                size += p.size;
-            }
-        }
-        if let Some((&na, n)) = seg.blocks.range(addr + 1..).next() {
-            if !n.allocated {
-                merged.push((n.size, na));
-                size += n.size;
-            }
-        }
-        for &(_, a) in &merged {
-            seg.blocks.remove(&a);
-        }
-        seg.blocks.remove(&addr);
-        seg.blocks.insert(start, SimBlock { size, requested: 0, allocated: false, pending: false, stack: None });
-        for m in merged {
-            self.free_set(small).remove(&m);
-        }
-        self.free_set(small).insert((size, start));
+        let Some(b) = self.held.remove(&addr) else { return };
+        self.sim.free(addr);
         self.record(Action::FreeCompleted, Some(addr), b.requested, self.context.or(b.stack), rng);
         self.account(addr, None);
     }
@@ -492,39 +497,33 @@ impl Allocator {
 
     /// `empty_cache`: returns every wholly free segment to the device.
     fn release_cached(&mut self, stack: StackId, rng: &mut Rng) {
-        let empty: Vec<(u64, u64, bool)> = self
-            .segments
-            .iter()
-            .filter(|(_, s)| s.blocks.len() == 1 && s.blocks.values().all(|b| !b.allocated))
-            .map(|(&a, s)| (a, s.size, s.small))
-            .collect();
-        for (a, size, small) in empty {
-            self.segments.remove(&a);
-            self.free_set(small).remove(&(size, a));
-            self.reserved -= size;
-            self.record(Action::SegmentFree, Some(a), size, Some(stack), rng);
-        }
+        self.sim.empty_cache();
+        self.record_events(stack, rng);
     }
 
     fn segments(&self, empty: StackId, segment_type: (StrId, StrId)) -> Vec<Segment> {
-        self.segments
-            .iter()
-            .map(|(&address, s)| {
+        self.sim
+            .segments()
+            .into_iter()
+            .map(|s| {
                 let blocks: Vec<Block> = s
                     .blocks
                     .iter()
-                    .map(|(&a, b)| Block {
-                        address: Some(a),
-                        size: b.size,
-                        requested_size: Some(b.requested),
-                        state: match (b.allocated, b.pending) {
-                            (true, true) => BlockState::ActivePendingFree,
-                            (true, false) => BlockState::ActiveAllocated,
-                            _ => BlockState::Inactive,
-                        },
-                        frames: Some(b.stack.filter(|_| b.allocated).unwrap_or(empty)),
-                        history: None,
-                        extras: Vec::new(),
+                    .map(|b| {
+                        let held = self.held.get(&b.address).filter(|_| b.allocated);
+                        Block {
+                            address: Some(b.address),
+                            size: b.size,
+                            requested_size: Some(held.map_or(0, |h| h.requested)),
+                            state: match held {
+                                Some(h) if h.pending => BlockState::ActivePendingFree,
+                                Some(_) => BlockState::ActiveAllocated,
+                                None => BlockState::Inactive,
+                            },
+                            frames: Some(held.and_then(|h| h.stack).unwrap_or(empty)),
+                            history: None,
+                            extras: Vec::new(),
+                        }
                     })
                     .collect();
                 let allocated: u64 =
@@ -532,9 +531,10 @@ impl Allocator {
                 let active: u64 = blocks.iter().filter(|b| b.state != BlockState::Inactive).map(|b| b.size).sum();
                 let requested: u64 =
                     blocks.iter().filter(|b| b.state != BlockState::Inactive).filter_map(|b| b.requested_size).sum();
+                let stack = self.segment_stacks.range(..=s.address).next_back().map_or(empty, |(_, &k)| k);
                 Segment {
                     device: self.device as i64,
-                    address,
+                    address: s.address,
                     total_size: s.size,
                     allocated_size: Some(allocated),
                     active_size: Some(active),
@@ -542,8 +542,8 @@ impl Allocator {
                     stream: STREAM,
                     segment_type: Some(if s.small { segment_type.0 } else { segment_type.1 }),
                     segment_pool_id: Some((0, 0)),
-                    is_expandable: Some(false),
-                    frames: Some(s.stack),
+                    is_expandable: Some(s.expandable),
+                    frames: Some(stack),
                     blocks,
                     extras: Vec::new(),
                 }
@@ -752,10 +752,16 @@ pub fn generate_with_truth(opts: &Options) -> (Snapshot, Truth) {
     let mut segments = Vec::new();
     let mut truth = Truth::default();
     for d in 0..devices {
-        let mut a = Allocator::new(d, opts.capacity_bytes, t0);
+        let mut a = Allocator::new(d, opts.allocator.policy(opts.capacity_bytes), t0);
         let iterations = run_training(&mut a, opts, &sites, &names, per_device, &mut rng, &mut annotations);
         if d == 0 {
-            truth = Truth { peak_bytes: a.peak, at_peak: a.at_peak, iterations, ooms: a.ooms.clone() };
+            truth = Truth {
+                peak_bytes: a.peak,
+                at_peak: a.at_peak,
+                iterations,
+                ooms: a.ooms.clone(),
+                peak_reserved_bytes: a.peak_reserved,
+            };
         }
         segments.extend(a.segments(sites.empty, seg_type));
         traces.push(a.trace);
@@ -763,23 +769,23 @@ pub fn generate_with_truth(opts: &Options) -> (Snapshot, Truth) {
     snap.segments = segments;
     snap.device_traces = Some(traces);
     snap.external_annotations = Some(annotations);
-    snap.allocator_settings = Some(allocator_settings());
+    snap.allocator_settings = Some(allocator_settings(&opts.allocator));
     (snap, truth)
 }
 
-fn allocator_settings() -> Value {
+fn allocator_settings(o: &AllocatorOptions) -> Value {
     let s = |x: &str| Value::Str(x.into());
     let mut roundup = Vec::new();
     let mut k = 1u64;
     while k <= 32768 {
-        roundup.push((s(&k.to_string()), Value::Int(0)));
+        roundup.push((s(&k.to_string()), Value::Int(o.roundup_power2_divisions as i128)));
         k *= 2;
     }
     Value::Dict(vec![
-        (s("PYTORCH_CUDA_ALLOC_CONF"), s("")),
-        (s("max_split_size"), Value::Int(-1)),
-        (s("garbage_collection_threshold"), Value::Float(0.0)),
-        (s("expandable_segments"), Value::Bool(false)),
+        (s("PYTORCH_CUDA_ALLOC_CONF"), s(&o.conf())),
+        (s("max_split_size"), Value::Int(o.max_split_size.map_or(-1, i128::from))),
+        (s("garbage_collection_threshold"), Value::Float(o.garbage_collection_threshold)),
+        (s("expandable_segments"), Value::Bool(o.expandable_segments)),
         (s("pinned_num_register_threads"), Value::Int(1)),
         (s("release_lock_on_cudamalloc"), Value::Bool(false)),
         (s("pinned_use_cuda_host_register"), Value::Bool(false)),

@@ -361,11 +361,11 @@ fn optimizer_state_bytes(optimizer: OptimizerKind, (rows, cols): (u64, u64)) -> 
 /// it), then the device filled, then a request of two pieces.
 fn fragment(a: &mut Allocator, sites: &Sites, rng: &mut Rng) {
     a.context = Some(sites.in_loop);
-    let largest = a.free_large.iter().map(|f| f.0).max().unwrap_or(0);
+    let largest = a.sim.cached().1;
     // Larger than any free block, so the pieces come from the new segment only.
     let piece = (largest + 1).next_power_of_two().max(64 << 20);
     a.release_cached(sites.in_loop, rng);
-    let room = a.capacity.saturating_sub(a.reserved);
+    let room = a.capacity.saturating_sub(a.reserved());
     let n = (room / piece).saturating_sub(2).min(8) & !1;
     if n < 4 {
         return;
@@ -378,7 +378,7 @@ fn fragment(a: &mut Allocator, sites: &Sites, rng: &mut Rng) {
         a.free(p, false, rng);
     }
     // Fill the device: what is left, in one segment of its own.
-    let fill = a.capacity.saturating_sub(a.reserved) / ROUND_LARGE * ROUND_LARGE;
+    let fill = a.capacity.saturating_sub(a.reserved()) / ROUND_LARGE * ROUND_LARGE;
     let filler = if fill >= MIN_LARGE_ALLOC { a.malloc(fill, sites.act[2], Category::Activation, rng) } else { None };
     a.malloc(2 * piece, sites.act[0], Category::Activation, rng);
     // The program catches the error and lets go of the filler and the pieces.

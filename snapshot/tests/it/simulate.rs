@@ -66,3 +66,75 @@ fn the_generators_runs_replay_exactly() {
         }
     }
 }
+
+/// A free run (no forcing back onto the recording) under the file's own settings makes every
+/// decision itself and still reserves what the recording reserved, at its peak and at the end;
+/// under `expandable_segments:True` it never reserves less than it holds, and never more than
+/// the recording plus one segment per request it could not reuse.
+#[test]
+fn a_free_run_under_the_files_own_settings_reserves_what_the_recording_did() {
+    use snapshot::settings::settings;
+    use snapshot::simulate::{run, Policy};
+    let mut ran = 0;
+    for (name, bytes) in testkit::files() {
+        let snap = snapshot::read(&bytes).unwrap().snapshot;
+        for d in snap.devices().into_iter().filter(|&d| !snap.trace(d).is_empty()) {
+            let own = Policy::of(&settings(&snap, d));
+            let r = run(&snap, d, &own);
+            let stats = snapshot::stats::summary(&snap);
+            println!(
+                "{name} device {d}: simulated peak reserved {} vs recorded {}, final {}",
+                r.peak_reserved_bytes, r.recorded_peak_reserved_bytes, r.final_reserved_bytes
+            );
+            assert_eq!(r.peak_reserved_bytes, r.recorded_peak_reserved_bytes, "{name} device {d}");
+            assert_eq!(r.oom_count, 0, "{name}: no limit, no error");
+            let dev = stats.devices.iter().find(|x| x.device == d as i64).unwrap();
+            assert_eq!(r.final_reserved_bytes, dev.reserved_bytes, "{name}: the final segments' bytes");
+            let e = run(&snap, d, &Policy { expandable: true, ..own.clone() });
+            assert_eq!(e.recorded_peak_reserved_bytes, r.recorded_peak_reserved_bytes);
+            ran += 1;
+        }
+    }
+    assert!(ran >= testkit::if_full(8, 1), "{ran} devices run");
+}
+
+/// The generator and the what-if share one simulator: a generated run whose requests do not
+/// depend on the allocator's state, run again with a setting, reserves at its peak exactly
+/// what the what-if on the first run says; and the doctor offers `expandable_segments:True`
+/// for a planted fragmentation OOM, which it would avoid.
+#[test]
+fn the_generator_and_the_allocator_what_if_agree_to_the_byte() {
+    use snapshot::doctor::tuning;
+    use snapshot::synth::{generate_with_truth, AllocatorOptions};
+    let base = Options { target_entries: 20_000, capacity_bytes: 40 << 30, ..Options::default() };
+    let (snap, _) = generate_with_truth(&base);
+    let settings = [
+        ("expandable_segments:True", AllocatorOptions { expandable_segments: true, ..Default::default() }),
+        ("max_split_size_mb:512", AllocatorOptions { max_split_size: Some(512 << 20), ..Default::default() }),
+        ("roundup_power2_divisions:4", AllocatorOptions { roundup_power2_divisions: 4, ..Default::default() }),
+        (
+            "garbage_collection_threshold:0.5",
+            AllocatorOptions { garbage_collection_threshold: 0.5, ..Default::default() },
+        ),
+    ];
+    let confs: Vec<&str> = settings.iter().map(|s| s.0).collect();
+    let tuned = tuning::tune(&snap, 0, Some(base.capacity_bytes), &confs).unwrap();
+    for ((conf, allocator), t) in settings.iter().zip(&tuned) {
+        let again = generate_with_truth(&Options { allocator: allocator.clone(), ..base.clone() });
+        println!(
+            "{conf}: what-if {} generator {} baseline {}",
+            t.peak_reserved_bytes, again.1.peak_reserved_bytes, t.baseline_peak_reserved_bytes
+        );
+        assert_eq!(t.peak_reserved_bytes, again.1.peak_reserved_bytes, "{conf}");
+        assert!(t.peak_reserved_bytes >= again.1.peak_bytes, "{conf}: reserved never below allocated");
+        for a in agreements(&again.0) {
+            holds(conf, &a);
+        }
+    }
+    let (frag, _) = generate_with_truth(&Options { fragmentation_oom: true, ..base.clone() });
+    let report = snapshot::doctor::doctor(&frag, 0, &Default::default());
+    println!("{:#?}", report.allocator_what_if);
+    let e = report.allocator_what_if.iter().find(|t| t.conf == "expandable_segments:True").expect("offered");
+    assert_eq!((e.recorded_ooms, e.recorded_ooms_avoided), (1, 1), "{e:?}");
+    assert!(e.sentence.contains("would not happen"), "{}", e.sentence);
+}
