@@ -1,5 +1,5 @@
 //! Allocator what-ifs: the recorded trace run through the simulated caching allocator
-//! ([`memscape_replay::simulate::run`]) under other settings, against the same run under the
+//! ([`memscape_replay::simulate::run()`]) under other settings, against the same run under the
 //! file's own settings (both from the live blocks before the recording allocated again, so
 //! that they compare like with like), on the device as large as the file says (the bytes the process could
 //! reach at its first out-of-memory error, else the device's memory). Each is a simulation of

@@ -1,7 +1,7 @@
 //! PyTorch's CUDA caching allocator, simulated: one allocator for the whole code base. The
-//! generator runs its programs on it, the replay ([`replay`]) checks it against what the real
+//! generator runs its programs on it, the replay ([`replay()`]) checks it against what the real
 //! allocator did in a recording, decision by decision (`memscape replay`), and the allocator
-//! what-ifs ([`run`]) run a recording's requests through it under other settings.
+//! what-ifs ([`run()`]) run a recording's requests through it under other settings.
 //!
 //! The policy follows `c10/cuda/CUDACachingAllocator.cpp` (read, not copied):
 //! - `malloc`: a request is rounded (`round_size`, with `roundup_power2_divisions`:
@@ -17,10 +17,10 @@
 //!   memory limit are set, then `alloc_block` asks the device for `get_allocation_size` bytes
 //!   (a new segment), or with expandable segments maps pages of 2 MiB (small pool) or 20 MiB
 //!   (large pool) at the end of the stream's segment (`try_allocate_expandable_block`,
-//!   `map_block`: [`expandable`]); when the device refuses, `release_available_cached_blocks`
+//!   `map_block`: `expandable.rs`); when the device refuses, `release_available_cached_blocks`
 //!   (oversize blocks, with `max_split_size`) and then `release_cached_blocks` (every whole
 //!   free segment, every free page of an expandable one) and a retry, and then the error
-//!   ([`OutOfMemory`], PyTorch's `oom` entry): [`release`];
+//!   ([`OutOfMemory`], PyTorch's `oom` entry): `release.rs`;
 //! - the block is split when `should_split` says so (the request keeps the front), and a freed
 //!   block merges with free neighbours in its segment (`free_block`, `try_merge_blocks`).
 //!
