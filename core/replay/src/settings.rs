@@ -27,7 +27,8 @@ pub struct Settings {
     /// The divisions of each power-of-two interval of sizes from 1 MiB (`[1 MiB, 2 MiB)`,
     /// `[2 MiB, 4 MiB)`, ..., the 16th from 32 GiB up), as `roundup_power2_divisions` sets them
     /// (0 or 1: no rounding beyond 512 bytes); empty where the file records none.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// (No `skip_serializing_if`: the page's worker speaks postcard, which needs every field.)
+    #[serde(default)]
     pub roundup_divisions: Vec<u64>,
 }
 

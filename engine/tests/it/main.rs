@@ -624,17 +624,25 @@ fn rules_changed_while_the_categories_are_half_done_start_them_again() {
 fn the_doctor_answers_with_the_cores_report_and_the_load_counts_ooms() {
     use snapshot::synth::{generate, Options};
     let opts = Options { target_entries: 6_000, oom: true, fragmentation_oom: true, seed: 5, ..Default::default() };
-    let bytes = snapshot::write::to_pickle_bytes(&generate(&opts));
+    // Without `allocator_settings` (as older PyTorch writes): settings left at their defaults
+    // must still cross to the page.
+    let mut generated = generate(&opts);
+    generated.allocator_settings = None;
+    let bytes = snapshot::write::to_pickle_bytes(&generated);
     let snap = snapshot::read(&bytes).unwrap().snapshot;
     let core = snapshot::doctor::doctor(&snap, 0, &snapshot::categories::Compiled::default());
     assert_eq!(core.ooms.len(), 2, "the planted errors");
+    assert!(!core.allocator_what_if.is_empty(), "a fragmentation OOM: allocator settings tried");
     for background in [0, 3, 1 << 20] {
         let mut e = Engine::new();
         let info = open(&mut e, "oom.pickle", &bytes, 1 << 16).unwrap();
         assert_eq!(info.devices[0].ooms, 2);
         view(&mut e, info.doc, 0, Kind::Blocks, 0.0, 0.0, 400);
         e.work(background);
-        match e.handle(Request::Doctor { doc: info.doc, device: 0 }) {
+        // As the page receives it: through postcard, which needs every field of every struct
+        // (a `skip_serializing_if` breaks it).
+        let wire = postcard::to_allocvec(&e.handle(Request::Doctor { doc: info.doc, device: 0 })).unwrap();
+        match postcard::from_bytes::<Response>(&wire).unwrap() {
             Response::Doctor(r) => assert_eq!(*r, core, "after {background} units of background work"),
             other => panic!("{other:?}"),
         }
