@@ -10,7 +10,8 @@ use serde::{Deserialize, Serialize};
 use crate::units::format_size;
 use memscape_format::model::Snapshot;
 use memscape_replay::settings::settings;
-use memscape_replay::simulate::{run_fresh, Policy, Run};
+use memscape_replay::simulate::{run_fresh_from, Policy, Run};
+use memscape_replay::state::StateIndex;
 
 /// The settings the doctor tries when fragmentation is a cause.
 pub const OFFERED: [&str; 4] = [
@@ -45,6 +46,13 @@ pub struct Tuning {
     pub first_oom_entry: Option<u32>,
     /// What it comes to, in one sentence.
     pub sentence: String,
+    /// Reserved bytes over the trace under the setting: the highest in each of up to 240
+    /// equal runs of entries.
+    pub curve: Vec<u64>,
+    /// The same under the file's own settings.
+    pub baseline_curve: Vec<u64>,
+    /// The recording's own reserved bytes in the same runs.
+    pub recorded_curve: Vec<u64>,
 }
 
 /// The device's bytes for a simulation of `device`: reserved plus free at its first `oom`
@@ -54,9 +62,7 @@ pub fn capacity(snap: &Snapshot, device: usize) -> Option<u64> {
     let index = crate::oom_entries(snap, device);
     if let Some(&first) = index.iter().find(|&&e| t.device_free(e).is_some()) {
         let free = t.device_free(first)?;
-        let reserved = memscape_replay::state::StateIndex::build(snap, device)
-            .state_after(snap, first.checked_sub(1))
-            .reserved_bytes;
+        let reserved = StateIndex::build(snap, device).state_after(snap, first.checked_sub(1)).reserved_bytes;
         return Some(reserved.saturating_add(free));
     }
     snap.device_info().into_iter().find(|d| d.device == device as i64 && d.total_bytes > 0).map(|d| d.total_bytes)
@@ -67,8 +73,13 @@ pub fn capacity(snap: &Snapshot, device: usize) -> Option<u64> {
 pub fn tune(snap: &Snapshot, device: usize, capacity: Option<u64>, confs: &[&str]) -> Result<Vec<Tuning>, String> {
     let own = Policy { capacity, ..Policy::of(&settings(snap, device)) };
     let policies: Vec<Policy> = confs.iter().map(|c| own.with_conf(c)).collect::<Result<_, _>>()?;
-    let baseline = run_fresh(snap, device, &own);
-    Ok(confs.iter().zip(&policies).map(|(c, p)| tuning(c, &baseline, &run_fresh(snap, device, p))).collect())
+    let start = StateIndex::build(snap, device).state_after(snap, None);
+    let baseline = run_fresh_from(snap, device, &own, &start);
+    Ok(confs
+        .iter()
+        .zip(&policies)
+        .map(|(c, p)| tuning(c, &baseline, &run_fresh_from(snap, device, p, &start)))
+        .collect())
 }
 
 /// The settings of [`OFFERED`] the file does not already run under.
@@ -119,5 +130,8 @@ fn tuning(conf: &str, baseline: &Run, r: &Run) -> Tuning {
         recorded_ooms_avoided: r.recorded_ooms_avoided,
         first_oom_entry: r.ooms.first().map(|o| o.entry),
         sentence,
+        curve: r.curve.clone(),
+        baseline_curve: baseline.curve.clone(),
+        recorded_curve: r.recorded_curve.clone(),
     }
 }

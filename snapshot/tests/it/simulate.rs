@@ -87,6 +87,10 @@ fn a_free_run_under_the_files_own_settings_reserves_what_the_recording_did() {
                 r.peak_reserved_bytes, r.recorded_peak_reserved_bytes, r.final_reserved_bytes
             );
             assert_eq!(r.peak_reserved_bytes, r.recorded_peak_reserved_bytes, "{name} device {d}");
+            // The curves: the peak is their highest point, and run for run they are the
+            // recording's.
+            assert_eq!(r.curve.iter().max(), Some(&r.peak_reserved_bytes), "{name}");
+            assert_eq!(r.curve, r.recorded_curve, "{name}: the simulated curve is the recording's");
             assert_eq!(r.oom_count, 0, "{name}: no limit, no error");
             let dev = stats.devices.iter().find(|x| x.device == d as i64).unwrap();
             assert_eq!(r.final_reserved_bytes, dev.reserved_bytes, "{name}: the final segments' bytes");

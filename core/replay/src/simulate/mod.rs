@@ -44,7 +44,7 @@ use crate::model::PoolId;
 use crate::settings::{Settings, INTERVALS};
 
 pub use replay::{replay, Agreement, Disagreement};
-pub use run::{run, run_fresh, Run};
+pub use run::{run, run_fresh, run_fresh_from, Run};
 
 /// The allocator settings a simulation runs under, and the device.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

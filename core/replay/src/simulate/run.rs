@@ -6,9 +6,9 @@
 //! the request is counted and skipped (the program would have stopped there).
 //!
 //! The state before the recording is laid out as recorded when the settings are the file's
-//! own; under other settings its live blocks are allocated again, in address order. A
-//! recording's `segment_free` (or `segment_unmap`) that starts a run of them is an
-//! `empty_cache` call of the program; its new segments go where the recording put them where
+//! own; under other settings its live blocks are allocated again, in address order. Under the
+//! file's own rules a recording's `segment_free` (or `segment_unmap`) returns that segment;
+//! under others, one that starts a run of them is an `empty_cache` call of the program; its new segments go where the recording put them where
 //! it made one at the same entry, so that a run under the file's own settings is the
 //! recording again.
 
@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Policy, Simulator};
 use crate::model::{Action, Snapshot};
-use crate::state::StateIndex;
+use crate::state::{AllocatorState, StateIndex};
 
 /// One request the simulator could not hold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -51,10 +51,15 @@ pub struct Run {
     pub recorded_ooms: u64,
     /// Of the recording's `oom` entries, those the simulator could serve.
     pub recorded_ooms_avoided: u64,
-    /// (entry, reserved bytes after it) where the reserved bytes changed, the first for the
-    /// state before the recording (entry `u32::MAX`).
-    pub curve: Vec<(u32, u64)>,
+    /// The highest simulated reserved bytes in each of [`CURVE_POINTS`] equal runs of entries
+    /// (fewer for a shorter trace; the first run counts the state before the recording).
+    pub curve: Vec<u64>,
+    /// The recording's own highest reserved bytes in the same runs.
+    pub recorded_curve: Vec<u64>,
 }
+
+/// How many points a [`Run`]'s curves have at most.
+pub const CURVE_POINTS: usize = 240;
 
 impl Run {
     /// Counts a request of entry `i` the simulator could not hold (and lists the first ones).
@@ -77,24 +82,37 @@ pub const MAX_OOMS: usize = 100;
 /// recording as recorded when `policy` decides as the file's settings do.
 pub fn run(snap: &Snapshot, device: usize, policy: &Policy) -> Run {
     let own = Policy::of(&crate::settings::settings(snap, device));
-    run_from(snap, device, policy, same_rules(policy, &own))
+    if same_rules(policy, &own) {
+        run_from(snap, device, policy, None)
+    } else {
+        run_fresh(snap, device, policy)
+    }
 }
 
 /// Runs `device`'s trace through the simulator under `policy`, the live blocks of the state
 /// before the recording allocated again whatever the policy: runs under two policies compared
 /// like with like.
 pub fn run_fresh(snap: &Snapshot, device: usize, policy: &Policy) -> Run {
-    run_from(snap, device, policy, false)
+    let start = StateIndex::build(snap, device).state_after(snap, None);
+    run_fresh_from(snap, device, policy, &start)
 }
 
-fn run_from(snap: &Snapshot, device: usize, policy: &Policy, same: bool) -> Run {
+/// [`run_fresh`] from `start`, the state before `device`'s first entry (built once for runs
+/// under several policies).
+pub fn run_fresh_from(snap: &Snapshot, device: usize, policy: &Policy, start: &AllocatorState) -> Run {
+    run_from(snap, device, policy, Some(start))
+}
+
+/// A run from the state before the recording as recorded (`fresh`: `None`), or from that
+/// state's live blocks allocated again.
+fn run_from(snap: &Snapshot, device: usize, policy: &Policy, fresh: Option<&AllocatorState>) -> Run {
     let t = snap.trace(device);
+    let same = fresh.is_none();
     let mut sim = Simulator::with_policy(policy.clone());
     let mut moved: FxHashMap<u64, u64> = FxHashMap::default();
-    let recorded_start = if same {
-        super::replay::start(snap, device, &mut sim)
-    } else {
-        fresh_start(snap, device, &mut sim, &mut moved)
+    let recorded_start = match fresh {
+        None => super::replay::start(snap, device, &mut sim),
+        Some(start) => fresh_start(start, &mut sim, &mut moved),
     };
     sim.events.clear();
     let mut r = Run {
@@ -107,11 +125,15 @@ fn run_from(snap: &Snapshot, device: usize, policy: &Policy, same: bool) -> Run 
         oom_count: 0,
         recorded_ooms: 0,
         recorded_ooms_avoided: 0,
-        curve: vec![(u32::MAX, sim.reserved())],
+        curve: Vec::new(),
+        recorded_curve: Vec::new(),
     };
+    let points = t.len().clamp(1, CURVE_POINTS);
+    r.curve = vec![sim.reserved(); points];
+    r.recorded_curve = vec![recorded_start; points];
     let mut recorded = recorded_start;
     // Where the recording put a segment it made just before an allocation.
-    let mut announced: Option<u64> = None;
+    let mut announced: Option<(u64, u64)> = None;
     // Elsewhere, new segments go above every address a recording uses (2^48), one after
     // another.
     let mut next = 1u64 << 48;
@@ -125,7 +147,18 @@ fn run_from(snap: &Snapshot, device: usize, policy: &Policy, same: bool) -> Run 
         let (addr, size, stream, pool) = (t.addr(i), t.size(i), t.stream(i), t.pool_id(i));
         match action {
             Action::SegmentAlloc | Action::SegmentMap => {
-                announced.get_or_insert(addr);
+                let (_, n) = announced.get_or_insert((addr, 0));
+                *n = n.saturating_add(size);
+            }
+            // Under the file's own rules the recording's segments are the simulator's: each is
+            // returned as recorded.
+            Action::SegmentFree if same => {
+                if sim.is_free_segment(addr) {
+                    sim.release(addr);
+                }
+            }
+            Action::SegmentUnmap if same => {
+                sim.unmap_range(addr, size);
             }
             Action::SegmentFree | Action::SegmentUnmap => {
                 let burst = i > 0 && matches!(t.action(i - 1), Action::SegmentFree | Action::SegmentUnmap);
@@ -134,7 +167,7 @@ fn run_from(snap: &Snapshot, device: usize, policy: &Policy, same: bool) -> Run 
                 }
             }
             Action::Alloc => {
-                let at = announced.take().filter(|_| same);
+                let at = announced.take().filter(|_| same).map(|(a, _)| a);
                 match sim.malloc(size, stream, pool, |n| at.unwrap_or_else(|| fresh(n))) {
                     Ok(p) => {
                         if p.address != addr {
@@ -175,9 +208,18 @@ fn run_from(snap: &Snapshot, device: usize, policy: &Policy, same: bool) -> Run 
             _ => recorded,
         };
         r.recorded_peak_reserved_bytes = r.recorded_peak_reserved_bytes.max(recorded);
-        let now = sim.reserved();
-        if r.curve.last().is_some_and(|&(_, v)| v != now) {
-            r.curve.push((i as u32, now));
+        // A segment the recording made for the next allocation counts from its own entry.
+        let now = sim.reserved().saturating_add(announced.filter(|_| same).map_or(0, |(_, n)| n));
+        let b = (i as u128 * points as u128 / t.len() as u128) as usize;
+        r.curve[b] = r.curve[b].max(now);
+        r.recorded_curve[b] = r.recorded_curve[b].max(recorded);
+        if i + 1 < t.len() {
+            // What a run of entries starts from: the state after the last one before it.
+            let next = ((i + 1) as u128 * points as u128 / t.len() as u128) as usize;
+            if next != b {
+                r.curve[next] = now;
+                r.recorded_curve[next] = recorded;
+            }
         }
         if now > r.peak_reserved_bytes {
             r.peak_reserved_bytes = now;
@@ -196,8 +238,7 @@ fn same_rules(a: &Policy, b: &Policy) -> bool {
 /// Allocates the live blocks of the state before `device`'s first entry again, in address
 /// order, under the simulator's policy; `moved` maps their recorded addresses to the new ones.
 /// The recorded reserved bytes of that state.
-fn fresh_start(snap: &Snapshot, device: usize, sim: &mut Simulator, moved: &mut FxHashMap<u64, u64>) -> u64 {
-    let start = StateIndex::build(snap, device).state_after(snap, None);
+fn fresh_start(start: &AllocatorState, sim: &mut Simulator, moved: &mut FxHashMap<u64, u64>) -> u64 {
     let mut next = 1u64 << 47;
     for s in &start.segments {
         for b in &s.blocks {
