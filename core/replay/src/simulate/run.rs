@@ -152,11 +152,10 @@ fn run_from(snap: &Snapshot, device: usize, policy: &Policy, fresh: Option<&Allo
             }
             // Under the file's own rules the recording's segments are the simulator's: each is
             // returned as recorded.
-            Action::SegmentFree if same => {
-                if sim.is_free_segment(addr) {
-                    sim.release(addr);
-                }
+            Action::SegmentFree if same && sim.is_free_segment(addr) => {
+                sim.release(addr);
             }
+            Action::SegmentFree if same => {}
             Action::SegmentUnmap if same => {
                 sim.unmap_range(addr, size);
             }
