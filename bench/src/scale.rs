@@ -584,6 +584,10 @@ fn checks() -> Vec<(String, Sample)> {
         Box::new(|i| per_call(|| drop(black_box(snapshot::pools::pools(&i.pooled, &i.pooled_blocks))))),
     );
     put(
+        "envelope view layout, each pool's blocks inside its envelope",
+        Box::new(|i| per_call(|| drop(black_box(snapshot::pools::envelopes(&i.pooled, &i.pooled_blocks))))),
+    );
+    put(
         "labels (an annotate entry per 8 allocations)",
         Box::new(|i| per_call(|| drop(black_box(snapshot::labels::Labels::new(&i.pooled, 0))))),
     );

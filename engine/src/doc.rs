@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use snapshot::document::Document;
 use snapshot::labels::Labels;
-use snapshot::timeline::{LodQuery, Origin, Timeline};
+use snapshot::timeline::{Element, Inside, LodQuery, Origin, Timeline};
 use snapshot::{frames, history, search, sites, Action, Snapshot};
 
 use crate::protocol::*;
@@ -31,6 +31,8 @@ pub(crate) struct Lane {
     labels: Labels,
     /// [`Kind::PoolEnvelopes`]: the private pool of each envelope element (the last ones).
     pieces: Vec<(snapshot::PoolId, i64)>,
+    /// [`Kind::PoolEnvelopes`]: the pools' blocks, drawn inside their envelopes.
+    inside: Option<Inside>,
 }
 
 impl Lane {
@@ -45,7 +47,26 @@ impl Lane {
         let spans = spans(snap, &timeline, device);
         let labels =
             if timeline.kind() == Kind::Blocks { Labels::new(snap, device as usize) } else { Labels::default() };
-        Lane { timeline, ooms, spans, hits: None, drawn: Arc::default(), baseline: None, labels, pieces: Vec::new() }
+        Lane {
+            timeline,
+            ooms,
+            spans,
+            hits: None,
+            drawn: Arc::default(),
+            baseline: None,
+            labels,
+            pieces: Vec::new(),
+            inside: None,
+        }
+    }
+
+    /// The element at `bytes` after `step` as the last view drew it (a pool's block inside
+    /// its envelope in [`Kind::PoolEnvelopes`]).
+    pub(crate) fn element_near(&self, step: u32, bytes: u64, slack: u64) -> Option<u32> {
+        match &self.inside {
+            Some(inside) => inside.element_near(&self.timeline, step, bytes, slack),
+            None => self.timeline.element_near(step, bytes, slack),
+        }
     }
 
     /// Where the last view drew `element` (nothing when it was not drawn on its own).
@@ -126,12 +147,13 @@ impl Doc {
                 let tl = Arc::clone(file.blocks(device));
                 Lane::new(file.snapshot(), tl)
             }
-            // Laid out from the blocks timeline, with the pool of each envelope element.
+            // Laid out from the blocks timeline, with the pool of each envelope element and
+            // the pools' blocks to draw inside them.
             Kind::PoolEnvelopes => {
                 let base = Arc::clone(file.blocks(device));
                 let snap = file.snapshot();
-                let (tl, pieces) = snapshot::pools::envelope_timeline(snap, &base);
-                Lane { pieces, ..Lane::new(snap, Arc::new(tl)) }
+                let e = snapshot::pools::envelopes(snap, &base);
+                Lane { pieces: e.pieces, inside: Some(e.inside), ..Lane::new(snap, Arc::new(e.timeline)) }
             }
             _ => {
                 let snap = file.snapshot();
@@ -167,10 +189,16 @@ impl Doc {
         let hits = lane.hits.as_ref().map(|(h, _)| h.as_slice());
         // Elements down to 1/SUBPIXEL of a pixel row are bands of their own (thin bands
         // blend into a texture, as in PyTorch's viewer, and stay hoverable); runs of smaller
-        // ones are blended in their place in the stack.
+        // ones are blended in their place in the stack. A private pool's blocks are drawn
+        // inside its envelope by a second pass over the sweep's answer.
         let lod_of = |lo: u64, hi: u64| {
             let min_bytes = if q.totals_only { u64::MAX } else { min_bytes(hi.saturating_sub(lo), q.rows) };
-            tl.lod_marked(&LodQuery { start, end, columns: q.columns, min_bytes }, hits)
+            let query = LodQuery { start, end, columns: q.columns, min_bytes };
+            let mut lod = tl.lod_marked(&query, hits);
+            if let Some(inside) = &lane.inside {
+                inside.paint(tl, &query, &mut lod, hits);
+            }
+            lod
         };
         let zoomed = q.y.filter(|y| y.1 > y.0);
         // The baseline is a by-product of the sweep. Until it is known, the last view's sets
@@ -272,6 +300,17 @@ impl Doc {
         let snap = self.file.snapshot();
         let tl = &lane.timeline;
         let e = tl.elements().get(element as usize)?;
+        // A private pool's block is at 0 bytes in the envelope timeline: its own size, and its
+        // pool as `snapshot::pools` filed it.
+        let in_pool = lane.inside.as_ref().and_then(|i| Some((i.block(element)?, i.pools())));
+        let own;
+        let e = match in_pool {
+            Some(((_, size), _)) => {
+                own = Element { size, ..e.clone() };
+                &own
+            }
+            None => e,
+        };
         let trace = snap.trace(device as usize);
         let entry = e.alloc_entry.or(e.free_entry).map(|i| i as usize).filter(|&i| i < trace.len());
         let seg = e.segment.and_then(|s| snap.segments.get(s as usize));
@@ -287,8 +326,9 @@ impl Doc {
         let origin = match e.origin {
             _ if piece.is_some() => {
                 let ((a, b), stream) = piece.unwrap_or_default();
+                let when = if e.origin == Origin::Traced { "grew here to this size" } else { "before recording began" };
                 format!(
-                    "private pool ({a}, {b}), stream {stream}: its envelope grew here by this much, to the larger of what its allocations hold and what it reserves (it never shrinks)"
+                    "private pool ({a}, {b}), stream {stream}: its envelope {when}, the larger of what its allocations hold and what it reserves (it never shrinks); its allocations are drawn inside it"
                 )
             }
             Origin::Traced => match e.alloc_entry {
@@ -318,7 +358,11 @@ impl Doc {
             size: e.size,
             requested: block.map(|b| b.requested_bytes()),
             stream: entry.map(|i| trace.stream(i)).or(seg.map(|s| s.stream)),
-            pool: entry.and_then(|i| trace.pool_id(i)).or(seg.and_then(|s| s.segment_pool_id)),
+            pool: in_pool
+                .and_then(|((k, _), pools)| pools.get(k as usize))
+                .map(|p| p.0)
+                .or_else(|| entry.and_then(|i| trace.pool_id(i)))
+                .or(seg.and_then(|s| s.segment_pool_id)),
             time_us: entry.and_then(|i| trace.time_us(i)),
             start_step: e.start,
             end_step: e.end,

@@ -204,7 +204,7 @@ impl Engine {
             Request::View(q) => Response::View(doc.view(&q)),
             Request::Hit { device, kind, step, bytes, slack, .. } => {
                 let lane = doc.lane(device, kind);
-                let el = lane.timeline.element_near(step, bytes, slack);
+                let el = lane.element_near(step, bytes, slack);
                 let outline = el.map_or_else(Vec::new, |el| lane.outline(el));
                 Response::Hit(el.and_then(|el| doc.details(device, kind, el)), outline)
             }

@@ -15,7 +15,7 @@ use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::model::{Action, PoolId, Snapshot};
-use crate::timeline::{Element, Origin, Timeline, TimelineKind};
+use crate::timeline::{Element, Inside, Origin, Timeline, TimelineKind};
 
 /// One private pool on one stream.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -304,15 +304,36 @@ pub fn pools(snap: &Snapshot, tl: &Timeline) -> Pools {
     Pools { pools, initial_total, totals, end_total, element_pool, initial_envelopes, growth }
 }
 
+/// The envelope view's layout ([`envelopes`]).
+#[derive(Debug)]
+pub struct Envelopes {
+    /// The timeline PyTorch's "Allocated Memory (incl. Private Pools)" draws.
+    pub timeline: Timeline,
+    /// The pool of each envelope element (the last elements), in element order.
+    pub pieces: Vec<(PoolId, i64)>,
+    /// The pools' blocks, drawn inside their envelopes.
+    pub inside: Inside,
+}
+
 /// The timeline PyTorch's "Allocated Memory (incl. Private Pools)" draws: the blocks
 /// timeline `base`'s elements (same ids) with a private pool's allocations at 0 bytes, and
-/// each pool's envelope as elements of their own after them, one per growth (alive from it
-/// to the end; the one before the first step on top of what was alive then), each entering
-/// on top of the stack as PyTorch's does. Its totals are [`Pools::totals`] (a growth after
-/// the last step is not drawn). Also the pool of each envelope element, in element order.
+/// each pool's envelope as elements of their own after them: one before the first step, on
+/// top of what was alive then, and one per growth, as tall as the whole envelope, replacing
+/// the one before and entering on top of the stack, as PyTorch's does. So a pool's envelope
+/// is one element at every step, and [`Inside::paint`] draws its allocations inside it. Its
+/// totals are [`Pools::totals`] (a growth after the last step is not drawn). Also the pool
+/// of each envelope element, in element order.
 pub fn envelope_timeline(snap: &Snapshot, base: &Timeline) -> (Timeline, Vec<(PoolId, i64)>) {
+    let e = envelopes(snap, base);
+    (e.timeline, e.pieces)
+}
+
+/// [`envelope_timeline`] and the pools' blocks to draw inside the envelopes. O((entries +
+/// elements) log n).
+pub fn envelopes(snap: &Snapshot, base: &Timeline) -> Envelopes {
     let p = pools(snap, base);
     let n = base.n_steps();
+    let keys: Vec<(PoolId, i64)> = p.pools.iter().map(|pool| (pool.pool_id, pool.stream)).collect();
     let mut elements: Vec<Element> = base.elements().to_vec();
     for (e, k) in elements.iter_mut().zip(&p.element_pool) {
         if k.is_some() {
@@ -323,10 +344,13 @@ pub fn envelope_timeline(snap: &Snapshot, base: &Timeline) -> (Timeline, Vec<(Po
     let mut by_order: Vec<u32> = (0..elements.len() as u32).collect();
     by_order.sort_unstable_by_key(|&i| elements[i as usize].order);
     let m = base.n_initial();
-    let mut pieces: Vec<(PoolId, i64)> = Vec::new();
+    let first_envelope = elements.len() as u32;
+    // Each pool's envelope element now, and its bytes.
+    let mut now: Vec<Option<u32>> = vec![None; keys.len()];
+    let mut bytes = p.initial_envelopes.clone();
+    let mut envelope_pool: Vec<u32> = Vec::new();
     let mut piece = |elements: &mut Vec<Element>, k: u32, size: u64, start: u32, origin: Origin| {
-        let pool = &p.pools[k as usize];
-        pieces.push((pool.pool_id, pool.stream));
+        envelope_pool.push(k);
         elements.push(Element {
             addr: 0,
             size,
@@ -344,25 +368,46 @@ pub fn envelope_timeline(snap: &Snapshot, base: &Timeline) -> (Timeline, Vec<(Po
     let mut initial: Vec<u32> = Vec::new();
     for (k, &size) in p.initial_envelopes.iter().enumerate() {
         if size > 0 {
-            initial.push(piece(&mut elements, k as u32, size, 0, Origin::Snapshot));
+            let id = piece(&mut elements, k as u32, size, 0, Origin::Snapshot);
+            now[k] = Some(id);
+            initial.push(id);
         }
     }
     initial.extend(by_order[..m].iter().rev());
+    // A growth ends the pool's envelope and starts a taller one on top; growths of one pool
+    // at one step are one.
+    let mut grow = |elements: &mut Vec<Element>, allocs: &mut Vec<u32>, (step, k, by): (u32, u32, u64)| {
+        let pool = k as usize;
+        bytes[pool] = bytes[pool].saturating_add(by);
+        match now[pool] {
+            Some(id) if elements[id as usize].start == step && elements[id as usize].origin == Origin::Traced => {
+                elements[id as usize].size = bytes[pool];
+                return;
+            }
+            Some(id) => elements[id as usize].end = step,
+            None => {}
+        }
+        let id = piece(elements, k, bytes[pool], step, Origin::Traced);
+        now[pool] = Some(id);
+        allocs.push(id);
+    };
     let mut allocs: Vec<u32> = Vec::with_capacity(by_order.len() - m + p.growth.len());
     let mut growth = p.growth.iter().filter(|g| g.0 < n).peekable();
     for &id in &by_order[m..] {
         let start = elements[id as usize].start;
-        while let Some(&&(step, k, size)) = growth.peek().filter(|g| g.0 < start) {
-            allocs.push(piece(&mut elements, k, size, step, Origin::Traced));
+        while let Some(&&g) = growth.peek().filter(|g| g.0 < start) {
+            grow(&mut elements, &mut allocs, g);
             growth.next();
         }
         allocs.push(id);
     }
-    for &(step, k, size) in growth {
-        allocs.push(piece(&mut elements, k, size, step, Origin::Traced));
+    for &g in growth {
+        grow(&mut elements, &mut allocs, g);
     }
-    let tl = base.relaid(TimelineKind::PoolEnvelopes, elements, initial, base.n_unmatched_frees(), allocs);
-    (tl, pieces)
+    let pieces = envelope_pool.iter().map(|&k| keys[k as usize]).collect();
+    let inside = Inside::new(base.elements(), &p.element_pool, keys, first_envelope, envelope_pool);
+    let timeline = base.relaid(TimelineKind::PoolEnvelopes, elements, initial, base.n_unmatched_frees(), allocs);
+    Envelopes { timeline, pieces, inside }
 }
 
 fn clamp(x: i128) -> u64 {

@@ -130,21 +130,39 @@ fn private_pools_are_drawn_as_their_envelopes() {
     let pools = view(&mut e, Kind::PoolEnvelopes);
     assert_eq!(pools.n_steps, blocks.n_steps, "the same steps");
     assert_eq!((pools.peak_bytes, blocks.peak_bytes), (incl.peak_bytes, info.summary.devices[0].timeline.peak_bytes));
-    // The envelope of pool (1, 2) is an element of its own, with its pool in the details.
+    // At the last step: the default pool's 2 MiB, then the envelope of pool (1, 2), 20 MiB,
+    // with its 4 MiB block drawn at its bottom, then the default pool's 1 MiB.
     let last = pools.n_steps - 1;
-    let Response::Hit(Some(d), _) = e.handle(Request::Hit {
+    let hit = |e: &mut Engine, bytes: u64| match e.handle(Request::Hit {
         doc: info.doc,
         device: 0,
         kind: Kind::PoolEnvelopes,
         step: last,
-        bytes: 3 << 20,
+        bytes,
         slack: 0,
-    }) else {
-        panic!("an element 3 MiB up at the last step")
+    }) {
+        Response::Hit(Some(d), outline) => (d, outline),
+        other => panic!("an element {bytes} bytes up at the last step: {other:?}"),
     };
+    // Above the block, the envelope is an element of its own, with its pool in the details.
+    let (d, outline) = hit(&mut e, 12 << 20);
     assert_eq!(d.size, 20 << 20);
     assert!(d.origin.starts_with("private pool (1, 2), stream 0: its envelope grew here"), "{}", d.origin);
     assert_eq!((d.no_stack, d.frames.len()), (None, 0));
+    // Its outline is what is drawn of it: the 16 MiB its block leaves, above the block.
+    assert!(outline.iter().any(|o| o.last == 63 && (o.offset, o.size) == (6 << 20, 16 << 20)), "{outline:?}");
+    // Inside it, its block: its own size, stack and pool.
+    let (d, outline) = hit(&mut e, 3 << 20);
+    assert_eq!((d.size, d.pool, d.alloc_entry), (4 << 20, Some((1, 2)), Some(4)));
+    assert_eq!(d.frames.len(), 1, "{:?}", d.frames);
+    assert!(outline.iter().any(|o| o.last == 63 && (o.offset, o.size) == (2 << 20, 4 << 20)), "{outline:?}");
+    // Its details asked for by its id (a link, a search match) say the same.
+    let Response::Details(by_id) =
+        e.handle(Request::Details { doc: info.doc, device: 0, kind: Kind::PoolEnvelopes, element: d.element })
+    else {
+        panic!()
+    };
+    assert_eq!((by_id.size, by_id.pool), (4 << 20, Some((1, 2))));
     // The allocator panel's pools: (1, 2) after the last event; (1, 3) was released.
     let last_entry = 12;
     let Response::State(st) = e.handle(Request::State { doc: info.doc, device: 0, entry: Some(last_entry) }) else {

@@ -9,7 +9,10 @@
 //! lets the ones above slide down.
 
 mod build;
+mod inside;
 mod pairing;
+
+pub use inside::Inside;
 
 use serde::{Deserialize, Serialize};
 
@@ -24,7 +27,8 @@ pub enum TimelineKind {
     Segments,
     /// Allocated memory with each private pool as its envelope (PyTorch's "Allocated Memory
     /// (incl. Private Pools)", [`crate::pools::envelope_timeline`]): the blocks timeline's
-    /// steps and elements, a private pool's allocations drawn as its envelope's growth.
+    /// steps and elements, a private pool's allocations at 0 bytes, drawn inside its envelope
+    /// by a second pass ([`Inside`]).
     PoolEnvelopes,
 }
 
@@ -834,15 +838,30 @@ impl Timeline {
     /// them is one blended band, coloured by its elements' colours weighted by their bytes.
     /// `hits` (by element) marks search matches: a blend counts the bytes of its hits.
     pub fn lod_marked(&self, q: &LodQuery, hits: Option<&[bool]>) -> Lod {
-        let mut out = Lod::default();
         let n = self.totals.len() as f64;
+        let hit = |id: u32| hits.is_some_and(|h| h.get(id as usize).copied().unwrap_or(false));
+        let sample = |_, lo: f64, hi: f64| {
+            if hi <= 0.0 || lo >= n {
+                return None;
+            }
+            let a = lo.max(0.0).floor() as u32;
+            let b = (hi.ceil().min(n) as u32).max(a + 1);
+            Some(self.argmax_in(a, b))
+        };
+        self.sweep(q, sample, hit)
+    }
+
+    /// The sweep of [`Timeline::lod_marked`], column `c` (steps `lo..hi` of the window)
+    /// showing the step `sample(c, lo, hi)` (`None`: an empty column, outside the trace), the
+    /// steps never decreasing from column to column; `hit(id)` marks a search match.
+    fn sweep(&self, q: &LodQuery, sample: impl Fn(u32, f64, f64) -> Option<u32>, hit: impl Fn(u32) -> bool) -> Lod {
+        let mut out = Lod::default();
         let cols = q.columns.max(1);
         let width = (q.end - q.start) / f64::from(cols);
         if !(width.is_finite() && width > 0.0) {
             return out;
         }
         let min_bytes = q.min_bytes.max(1);
-        let hit = |id: u32| hits.is_some_and(|h| h.get(id as usize).copied().unwrap_or(false));
         // Per class: the index and two cursors (into the end order and the start order)
         // that only move forward, since sampled steps increase from column to column. With
         // `min_bytes` at its maximum only the totals are asked for: no class is swept.
@@ -857,7 +876,7 @@ impl Timeline {
         for c in 0..cols {
             let lo = q.start + width * f64::from(c);
             let hi = lo + width;
-            if hi <= 0.0 || lo >= n {
+            let Some(step) = sample(c, lo, hi) else {
                 // Outside the trace: an empty column closes every band.
                 stack.close_from(0, c, &mut out.bands);
                 stack = Stack::default();
@@ -865,10 +884,7 @@ impl Timeline {
                 out.stable_bytes = 0;
                 out.columns.push(LodColumn { step: 0, total_bytes: 0, drawn_bytes: 0, summarized_bytes: 0 });
                 continue;
-            }
-            let a = lo.max(0.0).floor() as u32;
-            let b = (hi.ceil().min(n) as u32).max(a + 1);
-            let step = self.argmax_in(a, b);
+            };
             changed.clear();
             match prev {
                 Some(p) if p == step => {}
