@@ -4,7 +4,10 @@
 //! budgets predict the peak under other setups; a ticked one is drawn as a line on the
 //! category chart (`state::Predicted`). A banner names every device that ran out of memory (a link to each) and offers the
 //! doctor on the device shown; a
-//! click on an OOM's mark in the timeline opens it there.
+//! click on an OOM's mark in the timeline opens it there. When fragmentation caused an OOM,
+//! the allocator settings the core simulated on the trace (`tuning`).
+
+mod tuning;
 
 use engine::protocol::{DocId, DoctorReport as Report, Request, Response};
 use leptos::prelude::*;
@@ -16,12 +19,15 @@ use crate::modes::{Mode, Shown};
 use crate::rules::UserRules;
 use crate::state::{Docs, Line, Messages, Nav, Predicted, Redraw};
 use crate::text::{bytes_text, delta_text};
+use tuning::AllocatorWhatIf;
 
 /// The report of the device shown and the OOM chosen.
 #[derive(Clone, Copy)]
 pub(crate) struct Doctor {
     report: RwSignal<Option<((DocId, u32), Report)>>,
     chosen: RwSignal<usize>,
+    /// The allocator setting whose simulation is drawn (`tuning`).
+    tuning: RwSignal<usize>,
     /// An OOM asked for by its trace entry (a click on the timeline's lane), until the report
     /// is in.
     wanted: RwSignal<Option<u32>>,
@@ -41,6 +47,7 @@ impl Doctor {
         let d = Doctor {
             report: RwSignal::new(None),
             chosen: RwSignal::new(0),
+            tuning: RwSignal::new(0),
             wanted: RwSignal::new(None),
             place,
             shown,
@@ -50,6 +57,7 @@ impl Doctor {
             let now = place.get();
             if prev.is_some_and(|p| p != now) {
                 d.chosen.set(0);
+                d.tuning.set(0);
                 predicted.clear();
             }
             now
@@ -151,7 +159,15 @@ pub(crate) fn DoctorView() -> impl IntoView {
             {move || match report.get() {
                 None => view! { <p class="hint" id="doctor-wait">"Replaying the allocator…"</p> }.into_any(),
                 Some(r) if r.ooms.is_empty() => view! { <PeakPanel r=r.clone()/><WhatIfTable r=r/> }.into_any(),
-                Some(r) => view! { <OomChooser r=r.clone()/><OomPanel r=r.clone()/><WhatIfTable r=r/> }.into_any(),
+                Some(r) => {
+                    let (tunings, ooms) = (r.allocator_what_if.clone(), r.ooms.iter().map(|o| o.entry).collect::<Vec<_>>());
+                    view! {
+                        <OomChooser r=r.clone()/><OomPanel r=r.clone()/>
+                        <AllocatorWhatIf tunings=tunings device=r.device oom_entries=ooms/>
+                        <WhatIfTable r=r/>
+                    }
+                    .into_any()
+                }
             }}
         </div>
     }

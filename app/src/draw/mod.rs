@@ -1,5 +1,5 @@
 //! Pixels: every canvas of the page drawn from view models with Canvas2D, a module per
-//! view (`timeline`, `allocator`, `charts`); here what they share: the theme, sizing a canvas
+//! view (`timeline`, `allocator`, `charts`, `tuning`); here what they share: the theme, sizing a canvas
 //! at the device's pixel ratio, colours, and axes. Axis ticks are powers of two, which
 //! charting libraries (plotters picks decimal ticks) do not offer.
 
@@ -8,12 +8,14 @@ mod area;
 mod charts;
 mod flame;
 mod timeline;
+mod tuning;
 
 pub use allocator::state_map;
 pub use area::Area;
 pub use charts::{categories, diff};
 pub use flame::{flame, layout as flame_layout, rows as flame_rows, Placed, ROW as FLAME_ROW};
 pub use timeline::{minimap, timeline, Overlay};
+pub use tuning::{tuning, Tuning, RECORDED, SIMULATED};
 
 use snapshot::stats::format_size;
 use wasm_bindgen::JsCast;
