@@ -21,6 +21,7 @@ mod open;
 mod pan;
 mod plotters;
 mod ranks;
+mod replay;
 mod rewrites;
 mod scale;
 
@@ -144,6 +145,11 @@ fn child(kind: &str, path: &Path, runs: usize) -> anyhow::Result<()> {
             let t = Instant::now();
             let agreement = snapshot::simulate::replay(&snap, d);
             let replay = t.elapsed().as_secs_f64();
+            // The doctor's allocator what-ifs: a baseline and four settings, one state build.
+            let t = Instant::now();
+            let tuned = snapshot::doctor::tuning::tune(&snap, d, Some(80 << 30), &snapshot::doctor::tuning::OFFERED);
+            let tune_s = t.elapsed().as_secs_f64();
+            assert!(tuned.is_ok_and(|t| t.len() == 4));
             let lod_max = lod.iter().copied().fold(0.0, f64::max);
             let hover_max = hover.iter().copied().fold(0.0, f64::max);
             json!({
@@ -155,7 +161,7 @@ fn child(kind: &str, path: &Path, runs: usize) -> anyhow::Result<()> {
                 "cat_columns_max_s": cat_cols.iter().copied().fold(0.0, f64::max),
                 "iterations": cats.iterations.len(), "profile_s": profile, "diff_s": diff,
                 "entries": n_entries, "replay_s": replay, "replay_allocations": agreement.allocations,
-                "replay_placed": agreement.placed_as_recorded,
+                "replay_placed": agreement.placed_as_recorded, "tune_s": tune_s,
             })
         }
         other => bail!("unknown child {other}"),
@@ -237,6 +243,7 @@ fn main() -> anyhow::Result<()> {
         Some("open") => return open::main(&args[1..]),
         Some("pan") => return pan::main(&args[1..]),
         Some("plotters") => return plotters::main(&args[1..]),
+        Some("replay") => return replay::main(&args[1..]),
         _ => {}
     }
     let mut sizes = vec!["100M".to_string(), "1G".to_string()];
@@ -323,6 +330,7 @@ fn main() -> anyhow::Result<()> {
             a["replay_placed"],
             a["replay_allocations"]
         );
+        println!("allocator what-ifs (the file's settings and the doctor's four, 80 GiB): {:.0} ms", ms("tune_s"));
     }
     Ok(())
 }

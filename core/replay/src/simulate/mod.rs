@@ -351,7 +351,7 @@ impl Simulator {
         let mut found = *it.next()?;
         // An expandable segment's last block is as large as it can grow: a later block that
         // can grow less is the better fit.
-        if self.expandable_at(found.3) {
+        if self.policy.expandable && self.expandable_at(found.3) {
             for k in it {
                 if !self.expandable_at(found.3) || self.growable(k.3) >= self.growable(found.3) {
                     break;
