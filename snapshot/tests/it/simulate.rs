@@ -110,7 +110,23 @@ fn a_free_run_under_the_files_own_settings_reserves_what_the_recording_did() {
 fn the_generator_and_the_allocator_what_if_agree_to_the_byte() {
     use snapshot::doctor::tuning;
     use snapshot::synth::{generate_with_truth, AllocatorOptions};
+    // Twice: a run that ends well, and one whose last request is larger than the device (the
+    // out-of-memory path: the cache released, the error).
+    for oom in [false, true] {
+        agree_to_the_byte(Options { target_entries: 20_000, capacity_bytes: 40 << 30, oom, ..Options::default() });
+    }
     let base = Options { target_entries: 20_000, capacity_bytes: 40 << 30, ..Options::default() };
+    let (frag, _) = generate_with_truth(&Options { fragmentation_oom: true, ..base.clone() });
+    let report = snapshot::doctor::doctor(&frag, 0, &Default::default());
+    println!("{:#?}", report.allocator_what_if);
+    let e = report.allocator_what_if.iter().find(|t| t.conf == "expandable_segments:True").expect("offered");
+    assert_eq!((e.recorded_ooms, e.recorded_ooms_avoided), (1, 1), "{e:?}");
+    assert!(e.sentence.contains("would not happen"), "{}", e.sentence);
+}
+
+fn agree_to_the_byte(base: Options) {
+    use snapshot::doctor::tuning;
+    use snapshot::synth::{generate_with_truth, AllocatorOptions};
     let (snap, _) = generate_with_truth(&base);
     let settings = [
         ("expandable_segments:True", AllocatorOptions { expandable_segments: true, ..Default::default() }),
@@ -131,14 +147,38 @@ fn the_generator_and_the_allocator_what_if_agree_to_the_byte() {
         );
         assert_eq!(t.peak_reserved_bytes, again.1.peak_reserved_bytes, "{conf}");
         assert!(t.peak_reserved_bytes >= again.1.peak_bytes, "{conf}: reserved never below allocated");
+        assert_eq!(t.ooms, again.1.ooms.len() as u64, "{conf}: the same errors");
         for a in agreements(&again.0) {
             holds(conf, &a);
         }
     }
-    let (frag, _) = generate_with_truth(&Options { fragmentation_oom: true, ..base.clone() });
-    let report = snapshot::doctor::doctor(&frag, 0, &Default::default());
-    println!("{:#?}", report.allocator_what_if);
-    let e = report.allocator_what_if.iter().find(|t| t.conf == "expandable_segments:True").expect("offered");
-    assert_eq!((e.recorded_ooms, e.recorded_ooms_avoided), (1, 1), "{e:?}");
-    assert!(e.sentence.contains("would not happen"), "{}", e.sentence);
+}
+
+/// The doctor's allocator settings on every corpus recording, for plausibility: without a
+/// limit nothing fails and the simulated peak reserved is never below the peak of live bytes;
+/// garbage collection, which only releases, never reserves more than the file's settings on a
+/// device as large as the recording's peak.
+#[test]
+fn allocator_what_ifs_on_the_recordings_are_plausible() {
+    use snapshot::doctor::tuning::{tune, OFFERED};
+    use snapshot::timeline::{Timeline, TimelineKind};
+    for (name, bytes) in testkit::files() {
+        let snap = snapshot::read(&bytes).unwrap().snapshot;
+        for d in snap.devices().into_iter().filter(|&d| !snap.trace(d).is_empty()) {
+            let live = Timeline::build(&snap, d, TimelineKind::Blocks).peak_bytes();
+            for t in tune(&snap, d, None, &OFFERED).unwrap() {
+                println!(
+                    "{name} {}: {} (baseline {}, live peak {live})",
+                    t.conf, t.peak_reserved_bytes, t.baseline_peak_reserved_bytes
+                );
+                assert_eq!((t.ooms, t.baseline_ooms), (0, 0), "{name} {}", t.conf);
+                assert!(t.peak_reserved_bytes >= live, "{name} {}: reserved below live", t.conf);
+                assert!(t.baseline_peak_reserved_bytes >= live, "{name}");
+            }
+            let own = snapshot::simulate::Policy::of(&snapshot::settings::settings(&snap, d));
+            let device = snapshot::simulate::run(&snap, d, &own).recorded_peak_reserved_bytes;
+            let gc = &tune(&snap, d, Some(device), &["garbage_collection_threshold:0.8"]).unwrap()[0];
+            assert!(gc.peak_reserved_bytes <= gc.baseline_peak_reserved_bytes, "{name}: {gc:?}");
+        }
+    }
 }
