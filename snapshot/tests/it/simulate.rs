@@ -108,8 +108,7 @@ fn a_free_run_under_the_files_own_settings_reserves_what_the_recording_did() {
 /// for a planted fragmentation OOM, which it would avoid.
 #[test]
 fn the_generator_and_the_allocator_what_if_agree_to_the_byte() {
-    use snapshot::doctor::tuning;
-    use snapshot::synth::{generate_with_truth, AllocatorOptions};
+    use snapshot::synth::generate_with_truth;
     // Twice: a run that ends well, and one whose last request is larger than the device (the
     // out-of-memory path: the cache released, the error).
     for oom in [false, true] {
