@@ -337,14 +337,21 @@ struct Allocator {
     ooms: Vec<OomTruth>,
     /// The highest reserved bytes while recording.
     peak_reserved: u64,
+    /// Under settings other than the defaults, the same live blocks in an allocator under the
+    /// defaults (with its addresses for ours), which the planted fragmentation ending sizes its
+    /// requests from: so that a run under other settings asks for what the default run asked.
+    shadow: Option<(Simulator, BTreeMap<u64, u64>, u64)>,
 }
 
 impl Allocator {
     fn new(device: usize, policy: Policy, t0: i64) -> Self {
+        let defaults = Policy { capacity: policy.capacity, ..Policy::default() };
+        let first = 0x7f00_0000_0000 + ((device as u64) << 40);
+        let shadow = (policy != defaults).then(|| (Simulator::with_policy(defaults), BTreeMap::new(), first));
         Allocator {
             device,
             capacity: policy.capacity.unwrap_or(u64::MAX),
-            next_addr: 0x7f00_0000_0000 + ((device as u64) << 40),
+            next_addr: first,
             sim: Simulator::with_policy(policy),
             held: BTreeMap::new(),
             segment_stacks: BTreeMap::new(),
@@ -361,6 +368,16 @@ impl Allocator {
             planted: 0,
             ooms: Vec::new(),
             peak_reserved: 0,
+            shadow,
+        }
+    }
+
+    /// The largest free block of the large pool and the reserved bytes, as the allocator under
+    /// the default settings has them (this one's, under the defaults).
+    fn seen(&self) -> (u64, u64) {
+        match &self.shadow {
+            Some((s, _, _)) => (s.cached().1, s.reserved()),
+            None => (self.sim.cached().1, self.reserved()),
         }
     }
 
@@ -459,6 +476,17 @@ impl Allocator {
                 return None;
             }
         };
+        if let Some((s, map, next)) = &mut self.shadow {
+            let placed = s.malloc(requested, STREAM, None, |size| {
+                let a = *next;
+                *next += round_large(size);
+                a
+            });
+            if let Ok(q) = placed {
+                map.insert(p.address, q.address);
+            }
+            s.take_events();
+        }
         let kept = Some(stack).filter(|_| self.recording || self.frames_unrecorded);
         self.held.insert(p.address, Held { requested, size: p.size, pending: false, stack: kept });
         self.record(Action::Alloc, Some(p.address), requested, Some(stack), rng);
@@ -484,6 +512,11 @@ impl Allocator {
     fn complete_free(&mut self, addr: u64, rng: &mut Rng) {
         let Some(b) = self.held.remove(&addr) else { return };
         self.sim.free(addr);
+        if let Some((s, map, _)) = &mut self.shadow {
+            if let Some(q) = map.remove(&addr) {
+                s.free(q);
+            }
+        }
         self.record(Action::FreeCompleted, Some(addr), b.requested, self.context.or(b.stack), rng);
         self.account(addr, None);
     }
@@ -498,6 +531,10 @@ impl Allocator {
     /// `empty_cache`: returns every wholly free segment to the device.
     fn release_cached(&mut self, stack: StackId, rng: &mut Rng) {
         self.sim.empty_cache();
+        if let Some((s, _, _)) = &mut self.shadow {
+            s.empty_cache();
+            s.take_events();
+        }
         self.record_events(stack, rng);
     }
 

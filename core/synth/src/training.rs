@@ -361,11 +361,13 @@ fn optimizer_state_bytes(optimizer: OptimizerKind, (rows, cols): (u64, u64)) -> 
 /// it), then the device filled, then a request of two pieces.
 fn fragment(a: &mut Allocator, sites: &Sites, rng: &mut Rng) {
     a.context = Some(sites.in_loop);
-    let largest = a.sim.cached().1;
+    // Sized from the allocator under the default settings (`Allocator::seen`), so that a run
+    // under other settings asks for the same.
+    let (largest, _) = a.seen();
     // Larger than any free block, so the pieces come from the new segment only.
     let piece = (largest + 1).next_power_of_two().max(64 << 20);
     a.release_cached(sites.in_loop, rng);
-    let room = a.capacity.saturating_sub(a.reserved());
+    let room = a.capacity.saturating_sub(a.seen().1);
     let n = (room / piece).saturating_sub(2).min(8) & !1;
     if n < 4 {
         return;
@@ -378,7 +380,7 @@ fn fragment(a: &mut Allocator, sites: &Sites, rng: &mut Rng) {
         a.free(p, false, rng);
     }
     // Fill the device: what is left, in one segment of its own.
-    let fill = a.capacity.saturating_sub(a.reserved()) / ROUND_LARGE * ROUND_LARGE;
+    let fill = a.capacity.saturating_sub(a.seen().1) / ROUND_LARGE * ROUND_LARGE;
     let filler = if fill >= MIN_LARGE_ALLOC { a.malloc(fill, sites.act[2], Category::Activation, rng) } else { None };
     a.malloc(2 * piece, sites.act[0], Category::Activation, rng);
     // The program catches the error and lets go of the filler and the pieces.

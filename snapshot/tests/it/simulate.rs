@@ -109,10 +109,14 @@ fn a_free_run_under_the_files_own_settings_reserves_what_the_recording_did() {
 #[test]
 fn the_generator_and_the_allocator_what_if_agree_to_the_byte() {
     use snapshot::synth::generate_with_truth;
-    // Twice: a run that ends well, and one whose last request is larger than the device (the
-    // out-of-memory path: the cache released, the error).
-    for oom in [false, true] {
-        agree_to_the_byte(Options { target_entries: 20_000, capacity_bytes: 40 << 30, oom, ..Options::default() });
+    // A run that ends well, one whose last request is larger than the device (the
+    // out-of-memory path: the cache released, the error), and the planted fragmentation OOM
+    // (its ending sized from the allocator under the default settings, as the run the what-if
+    // reads asked).
+    for (oom, fragmentation_oom) in [(false, false), (true, false), (false, true)] {
+        let o =
+            Options { target_entries: 20_000, capacity_bytes: 40 << 30, oom, fragmentation_oom, ..Options::default() };
+        agree_to_the_byte(o);
     }
     let base = Options { target_entries: 20_000, capacity_bytes: 40 << 30, ..Options::default() };
     let (frag, _) = generate_with_truth(&Options { fragmentation_oom: true, ..base.clone() });
