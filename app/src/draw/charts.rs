@@ -53,13 +53,7 @@ pub fn categories(
     ctx.set_text_align("right");
     for (label, bytes) in lines {
         let yy = y(*bytes as f64).round() + 0.5;
-        let _ = ctx.set_line_dash(&js_sys::Array::of2(&6.0.into(), &4.0.into()));
-        ctx.set_stroke_style_str(&th.fg);
-        ctx.begin_path();
-        ctx.move_to(LEFT, yy);
-        ctx.line_to(w - RIGHT, yy);
-        ctx.stroke();
-        let _ = ctx.set_line_dash(&js_sys::Array::new());
+        dashed_hline(&ctx, yy, LEFT, w - RIGHT, &th.fg);
         ctx.set_fill_style_str(&th.fg);
         // Above the line, or below it where the plot's top would cut the text.
         let ty = if yy - 4.0 < CHART_TOP + 10.0 { yy + 13.0 } else { yy - 4.0 };

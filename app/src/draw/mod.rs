@@ -229,6 +229,17 @@ fn x_labels(ctx: &Ctx, w: f64, bottom: f64, lo: f64, hi: f64, th: &Theme, label:
     }
 }
 
+/// A dashed line across the plot at height `y` (a budget, a device's capacity).
+fn dashed_hline(ctx: &Ctx, y: f64, left: f64, right: f64, colour: &str) {
+    let _ = ctx.set_line_dash(&js_sys::Array::of2(&6.0.into(), &4.0.into()));
+    ctx.set_stroke_style_str(colour);
+    ctx.begin_path();
+    ctx.move_to(left, y);
+    ctx.line_to(right, y);
+    ctx.stroke();
+    let _ = ctx.set_line_dash(&js_sys::Array::new());
+}
+
 fn vline(ctx: &Ctx, x: f64, top: f64, bottom: f64, colour: &str) {
     ctx.set_stroke_style_str(colour);
     ctx.set_line_width(1.5);

@@ -63,14 +63,7 @@ pub fn tuning(canvas: &HtmlCanvasElement, t: &Tuning, th: &Theme) {
         let _ = ctx.set_line_dash(&js_sys::Array::new());
     }
     if let Some(c) = t.capacity_bytes {
-        let yy = y(c as f64).round() + 0.5;
-        let _ = ctx.set_line_dash(&js_sys::Array::of2(&6.0.into(), &4.0.into()));
-        ctx.set_stroke_style_str(&th.fg);
-        ctx.begin_path();
-        ctx.move_to(LEFT, yy);
-        ctx.line_to(w - RIGHT, yy);
-        ctx.stroke();
-        let _ = ctx.set_line_dash(&js_sys::Array::new());
+        dashed_hline(&ctx, y(c as f64).round() + 0.5, LEFT, w - RIGHT, &th.fg);
     }
     steps(&ctx, t.recorded, &x_of_run, &y, RECORDED, 4.0);
     steps(&ctx, t.simulated, &x_of_run, &y, SIMULATED, 1.75);

@@ -262,28 +262,14 @@ fn without_private_pools_the_count_is_the_timelines() {
 /// segment event takes effect at the next one).
 #[test]
 fn the_envelope_timeline_draws_the_totals_with_pools() {
-    let s = 524_288;
-    let (p, q) = (0x7f08_cde0_0000u64, 0x7f08_d280_0000u64);
+    let s = HALF_MIB;
     // PyTorch's full_snapshot_private_pools: pool (0, 1) reserves 2 MiB at its segment_alloc
     // (2 MiB at the end, less the 2 MiB the trace added: 0 before it), which takes effect at
     // the allocation that follows; p is the default pool's.
+    let (full_trace, full_segments) = full_snapshot_private_pools();
     let full = (
-        vec![
-            (SA, p, 2 * M, 0, None),
-            (A, p, s, 0, None),
-            (SA, q, 2 * M, 0, None),
-            (A, q, s, 0, None),
-            (FC, p, s, 0, None),
-            (FC, q, s, 0, None),
-            (A, p, s, 0, None),
-            (A, q, s, 0, None),
-            (A, q + 0x80000, s, 0, None),
-            (A, p + 0x80000, s, 0, None),
-        ],
-        vec![
-            (p, 2 * M, (0, 0), 0, vec![(s, true), (s, true), (M, false)]),
-            (q, 2 * M, (0, 1), 0, vec![(s, true), (s, true), (M, false)]),
-        ],
+        full_trace,
+        full_segments,
         0,
         // p's block; q's, in the pool, whose envelope grows to the 2 MiB reserved; p's freed;
         // q's freed (the envelope stays); p's again; two of the pool's, inside it; p's second.
@@ -292,23 +278,21 @@ fn the_envelope_timeline_draws_the_totals_with_pools() {
     // PyTorch's ghost_blocks_private_pool: before the first step, the default pool's 2 MiB
     // block and pool (0, 1)'s envelope, 2 + 20 MiB reserved over 1 MiB live; its 3 MiB
     // allocation stays inside it (4 MiB live), the default pool's 4 MiB goes on top.
+    let (ghosts_trace, ghosts_segments) = ghost_blocks_private_pool();
     let ghosts = (
-        vec![(A, 0xe600000, 3 * M, 0, None), (A, 0x6a00000, 4 * M, 0, None)],
-        vec![
-            (0x1e00000, 2 * M, (0, 1), 0, vec![(M, true), (M, false)]),
-            (0x6800000, 20 * M, (0, 0), 0, vec![(2 * M, true), (4 * M, true), (14 * M, false)]),
-            (0xe600000, 20 * M, (0, 1), 0, vec![(3 * M, true), (17 * M, false)]),
-        ],
+        ghosts_trace,
+        ghosts_segments,
         2 * M + envelope_of(2 * M + 20 * M, M),
         vec![2 * M + envelope_of(2 * M + 20 * M, M + 3 * M), 2 * M + envelope_of(2 * M + 20 * M, M + 3 * M) + 4 * M],
     );
     // A block of pool (1, 42) alive before the trace, 90 MiB over 80 MiB reserved: its free
     // leaves the envelope at 90 MiB, its 256 bytes fit inside, and 100 bytes at 0x10 (no
     // segment there) are the default pool's.
-    let (big, reserved) = (94_371_840u64, 83_886_080u64);
+    let (big, reserved) = (FREED_BIG, FREED_RESERVED);
+    let (freed_trace, freed_segments) = freed_before_the_trace();
     let freed = (
-        vec![(FC, 0x788c2000000, big, 0, None), (A, 0x788c2000000, 256, 0, None), (A, 0x10, 100, 0, None)],
-        vec![(0x788c0000000, reserved, (1, 42), 0, vec![])],
+        freed_trace,
+        freed_segments,
         envelope_of(reserved, big),
         vec![envelope_of(reserved, big), envelope_of(reserved, big), envelope_of(reserved, big) + 100],
     );
@@ -368,9 +352,25 @@ fn the_envelope_timeline_draws_the_totals_with_pools() {
 fn each_pools_blocks_are_drawn_inside_its_envelope() {
     let modern = std::fs::read(testkit::modern(4).join("graph-pool.pickle")).unwrap();
     let graph = snapshot::read(&modern).unwrap().snapshot;
-    let (s, p, q) = (524_288, 0x7f08_cde0_0000u64, 0x7f08_d280_0000u64);
-    let full = snapshot(
-        &[
+    let case = |(trace, segments): (Vec<E>, Vec<S>)| snapshot(&trace, &segments);
+    let full = case(full_snapshot_private_pools());
+    let ghosts = case(ghost_blocks_private_pool());
+    let freed = case(freed_before_the_trace());
+    for (name, snap) in
+        [("graph-pool.pickle", graph), ("full", full), ("ghosts", ghosts), ("freed", freed), ("churn", churn())]
+    {
+        check_inside(name, &snap);
+    }
+}
+
+const HALF_MIB: u64 = 524_288;
+
+/// PyTorch's `full_snapshot_private_pools`: the default pool's segment p and pool (0, 1)'s q,
+/// half-MiB blocks allocated, freed and allocated again in each.
+fn full_snapshot_private_pools() -> (Vec<E>, Vec<S>) {
+    let (s, p, q) = (HALF_MIB, 0x7f08_cde0_0000u64, 0x7f08_d280_0000u64);
+    (
+        vec![
             (SA, p, 2 * M, 0, None),
             (A, p, s, 0, None),
             (SA, q, 2 * M, 0, None),
@@ -382,28 +382,37 @@ fn each_pools_blocks_are_drawn_inside_its_envelope() {
             (A, q + 0x80000, s, 0, None),
             (A, p + 0x80000, s, 0, None),
         ],
-        &[
+        vec![
             (p, 2 * M, (0, 0), 0, vec![(s, true), (s, true), (M, false)]),
             (q, 2 * M, (0, 1), 0, vec![(s, true), (s, true), (M, false)]),
         ],
-    );
-    let ghosts = snapshot(
-        &[(A, 0xe600000, 3 * M, 0, None), (A, 0x6a00000, 4 * M, 0, None)],
-        &[
+    )
+}
+
+/// PyTorch's `ghost_blocks_private_pool`: blocks alive before the first step in pool (0, 1)
+/// and the default pool.
+fn ghost_blocks_private_pool() -> (Vec<E>, Vec<S>) {
+    (
+        vec![(A, 0xe600000, 3 * M, 0, None), (A, 0x6a00000, 4 * M, 0, None)],
+        vec![
             (0x1e00000, 2 * M, (0, 1), 0, vec![(M, true), (M, false)]),
             (0x6800000, 20 * M, (0, 0), 0, vec![(2 * M, true), (4 * M, true), (14 * M, false)]),
             (0xe600000, 20 * M, (0, 1), 0, vec![(3 * M, true), (17 * M, false)]),
         ],
-    );
-    let freed = snapshot(
-        &[(FC, 0x788c2000000, 94_371_840, 0, None), (A, 0x788c2000000, 256, 0, None), (A, 0x10, 100, 0, None)],
-        &[(0x788c0000000, 83_886_080, (1, 42), 0, vec![])],
-    );
-    for (name, snap) in
-        [("graph-pool.pickle", graph), ("full", full), ("ghosts", ghosts), ("freed", freed), ("churn", churn())]
-    {
-        check_inside(name, &snap);
-    }
+    )
+}
+
+/// Bytes of the block of pool (1, 42) alive before the trace, and what its segment reserves.
+const FREED_BIG: u64 = 94_371_840;
+const FREED_RESERVED: u64 = 83_886_080;
+
+/// That block freed first, then 256 bytes inside the pool and 100 bytes at 0x10 (no segment
+/// there: the default pool's).
+fn freed_before_the_trace() -> (Vec<E>, Vec<S>) {
+    (
+        vec![(FC, 0x788c2000000, FREED_BIG, 0, None), (A, 0x788c2000000, 256, 0, None), (A, 0x10, 100, 0, None)],
+        vec![(0x788c0000000, FREED_RESERVED, (1, 42), 0, vec![])],
+    )
 }
 
 /// Two pools, (1, 1) and (1, 2), and the default pool allocating and freeing in turn (a

@@ -47,7 +47,7 @@ pub struct Run {
     pub ooms: Vec<RunOom>,
     /// How many there were.
     pub oom_count: u64,
-    /// The recording's `oom` entries, and of them how many the simulator held.
+    /// The recording's `oom` entries.
     pub recorded_ooms: u64,
     /// Of the recording's `oom` entries, those the simulator could serve.
     pub recorded_ooms_avoided: u64,

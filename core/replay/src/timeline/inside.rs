@@ -316,19 +316,7 @@ fn envelope_colour(k: u32) -> u32 {
 /// RGB of hue `h` (0 to 6), saturation `s` and lightness `l`, as [`super::colour`] works
 /// it out (no float remainder or `round` library call in wasm).
 fn hsl(h: f64, s: f64, l: f64) -> u32 {
-    let c = (1.0 - (2.0 * l - 1.0f64).abs()) * s;
-    let x = c * (1.0 - ((h - 2.0 * (h * 0.5).floor()) - 1.0).abs());
-    let (r, g, b) = match h as u32 {
-        0 => (c, x, 0.0),
-        1 => (x, c, 0.0),
-        2 => (0.0, c, x),
-        3 => (0.0, x, c),
-        4 => (x, 0.0, c),
-        _ => (c, 0.0, x),
-    };
-    let m = l - c / 2.0;
-    let byte = |v: f64| round(((v + m) * 255.0).clamp(0.0, 255.0)) as u32;
-    (byte(r) << 16) | (byte(g) << 8) | byte(b)
+    super::hsl_with(h, s, l, |h| h - 2.0 * (h * 0.5).floor(), round)
 }
 
 #[cfg(test)]

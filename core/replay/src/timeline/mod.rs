@@ -234,7 +234,12 @@ pub fn colour(seed: u32) -> u32 {
 /// [`colour`], given how to take the remainder of a division by 2 and how to round.
 fn hue(seed: u32, rem2: impl Fn(f64) -> f64, round: impl Fn(f64) -> f64) -> u32 {
     let h = (f64::from(seed) * 0.618_033_988_749_895).fract() * 6.0;
-    let (s, l) = (0.55, 0.58);
+    hsl_with(h, 0.55, 0.58, rem2, round)
+}
+
+/// RGB of hue `h` (0 to 6), saturation `s` and lightness `l`, given how to take the remainder
+/// of a division by 2 and how to round.
+pub(crate) fn hsl_with(h: f64, s: f64, l: f64, rem2: impl Fn(f64) -> f64, round: impl Fn(f64) -> f64) -> u32 {
     let c = (1.0 - (2.0 * l - 1.0f64).abs()) * s;
     let x = c * (1.0 - (rem2(h) - 1.0).abs());
     let (r, g, b) = match h as u32 {
