@@ -3,7 +3,8 @@
 //! `cargo run --release -p bench -- ranks`: `memscape ranks` on 64 and 1,000 profiles, see
 //! `ranks.rs`; `open` and `pan`: the viewer's worker on given files, natively, see `open.rs`
 //! and `pan.rs`; `plotters`: the viewer's raster against plotters on the same bands, see
-//! `plotters.rs`)
+//! `plotters.rs`; `trace [--mb N] [--keep DIR]`: a `torch.profiler` Chrome trace of N MB read
+//! beside a snapshot pickle of the same size, see `trace.rs`)
 //!
 //! Generates snapshots with `snapshot::synth`, then measures, each in a fresh process so
 //! peak resident memory is honest: this reader, `pickled` (a correct general pickle reader)
@@ -24,6 +25,7 @@ mod ranks;
 mod replay;
 mod rewrites;
 mod scale;
+mod trace;
 
 fn peak_rss_bytes() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -244,6 +246,7 @@ fn main() -> anyhow::Result<()> {
         Some("pan") => return pan::main(&args[1..]),
         Some("plotters") => return plotters::main(&args[1..]),
         Some("replay") => return replay::main(&args[1..]),
+        Some("trace") => return trace::main(&args[1..]),
         _ => {}
     }
     let mut sizes = vec!["100M".to_string(), "1G".to_string()];

@@ -88,6 +88,8 @@ struct Input {
     ranks: Vec<snapshot::ranks::RankInput>,
     /// The file loaded, viewed once and analysed, as a worker holds it.
     engine: RefCell<Engine>,
+    /// The snapshot's device 0 as a `torch.profiler` trace (`crate::trace`).
+    trace: Vec<u8>,
 }
 
 impl Input {
@@ -95,6 +97,8 @@ impl Input {
         let opts = Options { target_entries: entries, leak_bytes: 1 << 20, seed: 3, ..Default::default() };
         let bytes = snapshot::write::to_pickle_bytes(&synth::generate(&opts));
         let snap = snapshot::read(&bytes)?.snapshot;
+        let mut trace = Vec::new();
+        crate::trace::write_trace(&snap, 0, &mut trace, "scale")?;
         let open_spans = unended(&snap);
         let open_blocks = Timeline::build(&open_spans, 0, TimelineKind::Blocks);
         let one_layer =
@@ -138,6 +142,7 @@ impl Input {
         let engine = RefCell::new(engine);
         Ok(Input {
             bytes,
+            trace,
             rewrites: crate::rewrites::pickle(entries),
             snap,
             short,
@@ -405,6 +410,17 @@ fn checks() -> Vec<(String, Sample)> {
             per_call(|| {
                 let mut l = snapshot::Loader::new(snapshot::Limits::default());
                 let fed = i.bytes.chunks(64 << 10).try_for_each(|c| l.feed(c).map(drop));
+                drop(black_box(fed.and_then(|()| l.finish())));
+            })
+        }),
+    );
+    // A profiler trace: one event at a time, each memory event's frames from one sweep.
+    put(
+        "read a profiler trace (64 KiB chunks)",
+        Box::new(|i| {
+            per_call(|| {
+                let mut l = snapshot::Loader::new(snapshot::Limits::default());
+                let fed = i.trace.chunks(64 << 10).try_for_each(|c| l.feed(c).map(drop));
                 drop(black_box(fed.and_then(|()| l.finish())));
             })
         }),

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod check;
+mod convert;
 mod diff;
 mod doctor;
 mod html;
@@ -20,6 +21,7 @@ mod skill;
 mod slice;
 mod stats;
 mod synth;
+mod write;
 
 #[derive(Parser)]
 #[command(name = "memscape", version, about = "Understand PyTorch GPU memory snapshots")]
@@ -70,6 +72,9 @@ enum Command {
     /// annotation's span) into a smaller snapshot in PyTorch's own format: what was alive when
     /// the window starts appears as memory allocated before the recording.
     Slice(slice::Args),
+    /// Write any file memscape reads (a snapshot as JSON, gzip, zstd or a `_memory_viz.py`
+    /// HTML page) as a snapshot in PyTorch's own pickle format, which `_memory_viz.py` reads.
+    Convert(convert::Args),
     /// Replay a recording through a simulation of PyTorch's caching allocator: the
     /// allocations it places where PyTorch did, the segments it makes and frees when PyTorch
     /// did, and the first decision it makes otherwise (a check that memscape understands the
@@ -95,6 +100,7 @@ fn main() -> ExitCode {
         Command::Skill(a) => done(skill::run(a)),
         Command::Merge(a) => done(merge::run(a)),
         Command::Slice(a) => done(slice::run(a)),
+        Command::Convert(a) => done(convert::run(a)),
         Command::Replay(a) => done(replay::run(a)),
         Command::Synth(a) => done(synth::run(a)),
         // The program's own exit code is memscape's.

@@ -4,10 +4,11 @@
 use std::io::Write as _;
 use std::path::PathBuf;
 
-use anyhow::{bail, Context as _};
+use anyhow::bail;
 use snapshot::slice::Window;
 
 use crate::input::{limits, load, load_with};
+use crate::write::write_whole;
 
 #[derive(clap::Args)]
 #[command(group(clap::ArgGroup::new("window").required(true).args(["last", "entries", "time", "annotation"])))]
@@ -78,23 +79,6 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     }
     println!("{}: {} of {shown}", output.display(), window);
     Ok(())
-}
-
-/// Writes beside `path` and renames, so a failed write never leaves half a file under its name.
-fn write_whole(path: &std::path::Path, snap: &snapshot::Snapshot) -> anyhow::Result<()> {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
-    let name = path.file_name().map_or("slice".into(), |n| n.to_string_lossy().into_owned());
-    let tmp = dir.join(format!(".{name}.{}.part", std::process::id()));
-    let written = (|| {
-        let mut out = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
-        snapshot::write::write_pickle(snap, &mut out)?;
-        out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if written.is_err() {
-        std::fs::remove_file(&tmp).ok();
-    }
-    written.with_context(|| format!("{}: cannot write", path.display()))
 }
 
 fn window(args: &Args) -> anyhow::Result<Window> {

@@ -8,7 +8,8 @@ use crate::input::{read_rules, Input};
 
 #[derive(clap::Args)]
 pub(crate) struct Args {
-    /// A snapshot: pickle, .pickle.gz, JSON or a _memory_viz.py HTML page (`-`: standard input).
+    /// A snapshot: pickle, .pickle.gz, JSON, a _memory_viz.py HTML page, a torch.profiler
+    /// trace or memory timeline (`-`: standard input).
     file: PathBuf,
     /// Print one JSON object instead of text.
     #[arg(long)]
@@ -16,11 +17,27 @@ pub(crate) struct Args {
     /// Category rules (the JSON the viewer exports), tried before the built-in ones.
     #[arg(long)]
     rules: Option<PathBuf>,
+    /// For a torch.profiler trace: the raw memory timeline of the same run
+    /// (`prof.export_memory_timeline("x.raw.json.gz")`), whose categories (PyTorch's) are shown
+    /// beside memscape's on the same allocations at each device's peak.
+    #[arg(long, value_name = "RAW_TIMELINE")]
+    pytorch_categories: Option<PathBuf>,
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
-    let Args { file, json, rules } = args;
+    let Args { file, json, rules, pytorch_categories } = args;
     let rules = read_rules(rules.as_deref())?;
+    let timeline = match &pytorch_categories {
+        Some(p) => {
+            let t = Input::new(p)?;
+            let loaded = t.load()?;
+            if loaded.snapshot.profiler_info().is_none_or(|i| !i.source.contains("memory timeline (raw)")) {
+                anyhow::bail!("{}: not a raw memory timeline (`export_memory_timeline(\"x.raw.json.gz\")`)", t.shown());
+            }
+            Some(loaded.snapshot)
+        }
+        None => None,
+    };
     let input = Input::new(&file)?;
     let loaded = input.load()?;
     for w in &loaded.warnings {
@@ -28,9 +45,13 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     }
     let snap = &loaded.snapshot;
     let mut categories = Vec::new();
+    let mut beside = Vec::new();
     let summary = snapshot::stats::summary_with(snap, |tl| {
         let cats = snapshot::categories::analyze(snap, &tl, &rules);
         categories.push(cats.report(&tl, rules.rules()));
+        if let Some(t) = &timeline {
+            beside.push((tl.device(), snapshot::categories::beside(snap, &tl, &cats, t)));
+        }
     });
     let mut out = std::io::stdout().lock();
     if json {
@@ -39,14 +60,44 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
             #[serde(flatten)]
             summary: &'a snapshot::stats::Summary,
             categories: &'a [snapshot::categories::Report],
+            /// With `--pytorch-categories`: per device, PyTorch's categories beside memscape's.
+            #[serde(skip_serializing_if = "<[_]>::is_empty")]
+            pytorch_categories: &'a [(usize, snapshot::categories::Beside)],
         }
-        serde_json::to_writer(&mut out, &Stats { summary: &summary, categories: &categories })?;
+        let stats = Stats { summary: &summary, categories: &categories, pytorch_categories: &beside };
+        serde_json::to_writer(&mut out, &stats)?;
         writeln!(out)?;
     } else {
         print_stats(&mut out, &summary)?;
         for r in &categories {
             print_categories(&mut out, r)?;
         }
+        for (device, b) in &beside {
+            print_beside(&mut out, *device, b)?;
+        }
+    }
+    Ok(())
+}
+
+/// PyTorch's categories beside memscape's at a device's peak.
+fn print_beside(out: &mut impl std::io::Write, device: usize, b: &snapshot::categories::Beside) -> std::io::Result<()> {
+    use snapshot::stats::format_size as fs;
+    let (same, all) = b.agreement();
+    let share = if all > 0 { same as f64 * 100.0 / all as f64 } else { 100.0 };
+    writeln!(
+        out,
+        "device {device}: PyTorch's categories beside memscape's at the peak ({} at step {}; {} of {} allocations found in the timeline; they agree on {} = {share:.0}%):",
+        fs(all.into()),
+        b.peak_step,
+        b.matched,
+        b.allocations,
+        fs(same.into()),
+    )?;
+    writeln!(out, "  {:>12}  {:<18}  PyTorch's", "bytes", "memscape's")?;
+    for (ours, theirs, bytes) in &b.at_peak {
+        let theirs_text = theirs.map_or("(not in the timeline)", |c| c.label());
+        let mark = if Some(*ours) == *theirs { "" } else { "   <- differ" };
+        writeln!(out, "  {:>12}  {:<18}  {theirs_text}{mark}", fs((*bytes).into()), ours.label())?;
     }
     Ok(())
 }
@@ -122,6 +173,9 @@ fn print_stats(out: &mut impl std::io::Write, s: &snapshot::stats::Summary) -> s
     if let Some(w) = &s.window {
         writeln!(out, "window: {}", w.describe())?;
     }
+    if let Some(p) = &s.profiler {
+        writeln!(out, "opened from: {}", p.describe())?;
+    }
     writeln!(out, "segments: {}", s.segments)?;
     writeln!(out, "total_reserved: {}", fs(s.total_reserved.into()))?;
     writeln!(out, "total_allocated: {}", fs(s.total_allocated.into()))?;
@@ -137,7 +191,9 @@ fn print_stats(out: &mut impl std::io::Write, s: &snapshot::stats::Summary) -> s
         let name = if d.device == snapshot::host::HOST_DEVICE {
             "host (pinned memory)".to_string()
         } else {
-            format!("device {}", d.device)
+            // A profiler file names its devices (`cpu`, `cuda:0`).
+            let named = s.profiler.as_ref().and_then(|p| p.devices.get(usize::try_from(d.device).ok()?));
+            named.map_or(format!("device {}", d.device), |n| format!("device {} ({n})", d.device))
         };
         writeln!(
             out,

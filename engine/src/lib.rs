@@ -187,7 +187,11 @@ impl Engine {
         let mut req = req;
         let per_gpu = matches!(
             req,
-            Request::Categories { .. } | Request::Doctor { .. } | Request::Profile { .. } | Request::Diff { .. }
+            Request::Categories { .. }
+                | Request::Doctor { .. }
+                | Request::Profile { .. }
+                | Request::Diff { .. }
+                | Request::Beside { .. }
         );
         let doc = match req.device_mut() {
             Some(d) if *d == HOST => {
@@ -243,6 +247,14 @@ impl Engine {
             Request::Diff { device, a, align, sites_by, .. } => {
                 let b = doc.profile(device);
                 Response::Diff(Box::new(snapshot::diff::diff(&a, &b, align, sites_by)))
+            }
+            Request::TimelineRows { .. } => {
+                Response::TimelineRows(snapshot::categories::timeline_rows(doc.file.snapshot()))
+            }
+            Request::Beside { device, rows, .. } => {
+                let mut b = doc.file.beside(device, &rows);
+                b.theirs = Vec::new();
+                Response::Beside(Box::new(b))
             }
             Request::Flame { device, step, window, all_frames, query, .. } => {
                 doc.lane(device, Kind::Blocks);

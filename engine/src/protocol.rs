@@ -49,6 +49,12 @@ pub enum Request {
     Doctor { doc: DocId, device: u32 },
     /// This file (B) against another's profile (A).
     Diff { doc: DocId, device: u32, a: Box<Profile>, align: Align, sites_by: SiteMode },
+    /// This file's allocations as a raw memory timeline of `torch.profiler` lists them, with
+    /// PyTorch's categories (for [`Request::Beside`] in another file's worker).
+    TimelineRows { doc: DocId },
+    /// PyTorch's categories (a raw memory timeline's rows, from its worker) beside memscape's
+    /// on this trace's allocations of `device`.
+    Beside { doc: DocId, device: u32, rows: Vec<snapshot::categories::Row> },
     /// The flame graph of the allocations alive after `step` (`None`: at the peak) by call
     /// stack, and the lines of the user's code holding them; with `window` (steps), bytes ×
     /// steps alive inside it instead. Frames matching `query` are flagged.
@@ -83,8 +89,12 @@ impl Request {
             | Request::Profile { device, .. }
             | Request::Doctor { device, .. }
             | Request::Diff { device, .. }
+            | Request::Beside { device, .. }
             | Request::Flame { device, .. } => Some(device),
-            Request::ClearSearch { .. } | Request::Close { .. } | Request::Rules { .. } => None,
+            Request::ClearSearch { .. }
+            | Request::Close { .. }
+            | Request::Rules { .. }
+            | Request::TimelineRows { .. } => None,
         }
     }
 
@@ -104,6 +114,8 @@ impl Request {
             | Request::Profile { doc, .. }
             | Request::Doctor { doc, .. }
             | Request::Diff { doc, .. }
+            | Request::TimelineRows { doc }
+            | Request::Beside { doc, .. }
             | Request::Flame { doc, .. } => *doc,
         }
     }
@@ -122,6 +134,10 @@ pub enum Response {
     Profile(Box<Profile>),
     Doctor(Box<DoctorReport>),
     Diff(Box<Diff>),
+    TimelineRows(Vec<snapshot::categories::Row>),
+    /// PyTorch's categories beside memscape's (its per-element list left empty: the page
+    /// shows the table at the peak).
+    Beside(Box<snapshot::categories::Beside>),
     Flame(Box<FlameVm>),
     /// A batch of a run's files profiled by a pool worker (which keeps nothing of them): per
     /// file, in the order given, its profile or why it could not be read (naming it).

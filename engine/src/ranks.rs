@@ -39,6 +39,8 @@ pub struct RankProfile {
     /// The allocated total over time: at most [`CURVE_POINTS`], each the highest of its
     /// stretch of the profile's curve (so the peak is drawn).
     pub curve: Vec<u64>,
+    /// The rank the file says it is (a profiler trace's).
+    pub rank: Option<u32>,
 }
 
 impl RankProfile {
@@ -55,6 +57,7 @@ impl RankProfile {
             at_peak: p.at_peak,
             sites: p.sites,
             curve: downsample_max(&totals, CURVE_POINTS),
+            rank: p.rank,
         }
     }
 
@@ -75,6 +78,7 @@ impl RankProfile {
             curve: Vec::new(),
             iterations: Vec::new(),
             annotations: Vec::new(),
+            rank: self.rank,
         };
         RankInput::new(self.file.clone(), self.source.clone(), p)
     }

@@ -213,6 +213,20 @@ class McpServer(unittest.TestCase):
                 self.assertTrue(same["passed"])
             run(body)
 
+    def test_a_profiler_trace_opens_and_answers_as_the_command_line_does(self) -> None:
+        trace = ROOT / "testdata" / "profiler" / "cpu-mlp-adamw.pt.trace.json.gz"
+        stats = cli("stats", "--json", str(trace))
+
+        async def body(s: ClientSession, c: Client) -> None:
+            opened = await c.call("open", {"path": str(trace)})
+            d = opened["default_device"]
+            st = await c.call("stats", {"path": str(trace), "limit": 1000})
+            self.assertEqual(st["summary"], next(x for x in stats["devices"] if x["device"] == d))
+            largest = await c.call("largest", {"path": str(trace)})
+            self.assertTrue(largest, "the trace's largest allocations")
+
+        run(body)
+
     def test_bad_input_gets_errors_and_the_server_keeps_serving(self) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             t = Path(tmp)

@@ -278,6 +278,13 @@ impl Document {
         self.categories(device);
         diff::profile(&self.snap, &self.blocks[&device], &self.cats[&device].0)
     }
+
+    /// PyTorch's categories of this trace's allocations beside memscape's, from the rows of the
+    /// raw memory timeline of the same run (`categories::timeline_rows` of that file).
+    pub fn beside(&mut self, device: u32, rows: &[categories::Row]) -> categories::Beside {
+        self.categories(device);
+        categories::beside_rows(&self.snap, &self.blocks[&device], &self.cats[&device].0, rows)
+    }
 }
 
 #[cfg(test)]

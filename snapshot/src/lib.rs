@@ -42,8 +42,8 @@ pub mod document;
 
 pub use memscape_format::{
     Action, Annotation, Block, BlockState, Bound, DeviceInfo, Entry, ErrorKind, Format, Frame, FrameId, History,
-    Limits, Loaded, PoolId, ReadError, Root, Segment, Snapshot, StackId, Stacks, StrId, Strings, Trace, Value, Warning,
-    DEVICE_INFO_KEY,
+    Limits, Loaded, PoolId, ProfilerInfo, ReadError, Root, Segment, Snapshot, StackId, Stacks, StrId, Strings, Trace,
+    Value, Warning, DEVICE_INFO_KEY, PROFILER_KEY,
 };
 
 /// Reads a whole snapshot from memory.

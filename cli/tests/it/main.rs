@@ -8,6 +8,8 @@ use std::process::Command;
 use serde_json::Value;
 
 mod check;
+mod convert;
+mod profiler;
 mod ranks;
 mod slice;
 

@@ -29,8 +29,11 @@ pub struct Summary {
     #[serde(default)]
     pub host: Option<Box<DeviceSummary>>,
     /// What the file is a window of, when `memscape slice` cut it ([`crate::slice`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub window: Option<crate::slice::WindowInfo>,
+    /// What the file was when it was read from a `torch.profiler` file.
+    #[serde(default)]
+    pub profiler: Option<memscape_format::ProfilerInfo>,
 }
 
 /// Figures for one device.
@@ -133,6 +136,7 @@ pub fn summary_with(snap: &Snapshot, mut also: impl FnMut(Timeline)) -> Summary 
         devices: Vec::new(),
         host: host_summary(snap).map(Box::new),
         window: crate::slice::WindowInfo::of(snap),
+        profiler: snap.profiler_info(),
     };
     // Sizes are the file's: a hostile one's sums saturate instead of overflowing (the rounding,
     // which can be negative, is summed exactly and saturates once).

@@ -70,6 +70,10 @@ pub struct Profile {
     pub iterations: Vec<u32>,
     /// `record_function` STARTs: name and step.
     pub annotations: Vec<(String, u32)>,
+    /// The rank the file says it is (a profiler trace's `distributedInfo`); files name theirs
+    /// otherwise ([`crate::ranks::rank_from_name`]). Absent from profiles written before it.
+    #[serde(default)]
+    pub rank: Option<u32>,
 }
 
 /// Bytes per category as a list.
@@ -227,6 +231,7 @@ pub fn profile(snap: &Snapshot, tl: &Timeline, cats: &Categories) -> Profile {
         curve,
         iterations: cats.iterations.iter().map(|it| it.start).collect(),
         annotations,
+        rank: snap.profiler_info().and_then(|p| u32::try_from(p.rank?).ok()),
     }
 }
 

@@ -109,7 +109,18 @@ impl ProfileFile {
 /// The file names a folder of a run stands for: snapshots as PyTorch writes them, and
 /// profiles. JSON and HTML snapshots are read only when named one by one (a folder of
 /// Composer's output holds the same rank as a pickle and as HTML pages).
-pub const RUN_SUFFIXES: [&str; 7] = [".pickle", ".pkl", ".pickle.gz", ".pkl.gz", ".pickle.zst", ".pkl.zst", ".profile"];
+pub const RUN_SUFFIXES: [&str; 9] = [
+    ".pickle",
+    ".pkl",
+    ".pickle.gz",
+    ".pkl.gz",
+    ".pickle.zst",
+    ".pkl.zst",
+    ".profile",
+    // `torch.profiler`'s `tensorboard_trace_handler`: `worker_name.<time>.pt.trace.json[.gz]`.
+    ".pt.trace.json",
+    ".pt.trace.json.gz",
+];
 
 /// Whether a file in a folder is one of the run's ([`RUN_SUFFIXES`], in any case).
 pub fn is_run_file(name: &str) -> bool {
@@ -222,9 +233,11 @@ pub struct RankInput {
 }
 
 impl RankInput {
-    /// A rank's file, its rank read from its name (or its source's).
+    /// A rank's file, its rank the one it says (a profiler trace's), else read from its name
+    /// (or its source's).
     pub fn new(file: String, source: Option<String>, profile: Profile) -> RankInput {
-        let rank = rank_from_name(&file).or_else(|| source.as_deref().and_then(rank_from_name));
+        let named = || rank_from_name(&file).or_else(|| source.as_deref().and_then(rank_from_name));
+        let rank = profile.rank.or_else(named);
         RankInput { file, source, rank, profile }
     }
 }

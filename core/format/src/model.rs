@@ -782,6 +782,10 @@ pub const DEVICE_INFO_KEY: &str = "memscape_devices";
 /// PyTorch's caching allocator (`memscape merge`). PyTorch's tools ignore keys they do not know.
 pub const OUTSIDE_KEY: &str = "memscape_outside_allocator";
 
+/// The top-level key under which a snapshot read from a `torch.profiler` file says what the
+/// file was (`read::ProfilerInfo`). PyTorch's tools ignore it.
+pub const PROFILER_KEY: &str = "memscape_profiler";
+
 /// The top-level key under which a slice says what it is a window of (`memscape slice`).
 /// PyTorch's tools ignore it.
 pub const WINDOW_KEY: &str = "memscape_window";
@@ -882,6 +886,13 @@ impl Snapshot {
     #[inline]
     pub fn n_trace_lists(&self) -> usize {
         self.device_traces.as_ref().map_or(0, Vec::len)
+    }
+
+    /// What the file was when it was read from a `torch.profiler` file (under
+    /// [`PROFILER_KEY`]); `None` for a snapshot PyTorch recorded.
+    pub fn profiler_info(&self) -> Option<crate::read::ProfilerInfo> {
+        let v = self.extras.iter().find(|(k, _)| self.str(*k) == PROFILER_KEY).map(|(_, v)| v)?;
+        crate::read::ProfilerInfo::from_value(v)
     }
 
     /// The devices described under [`DEVICE_INFO_KEY`] (written by `memscape capture`); empty

@@ -43,9 +43,14 @@ pub fn is_hidden(snap: &Snapshot, f: &Frame) -> bool {
     HIDDEN_NAMES.iter().any(|h| name.contains(h)) || HIDDEN_FILES.iter().any(|h| file.contains(h))
 }
 
-/// One frame as a line: `filename:line:name`.
+/// One frame as a line: `filename:line:name`; a frame with neither file nor line (a profiler
+/// trace's operator, `aten::mm`) by its name alone.
 pub fn frame_line(snap: &Snapshot, f: &Frame) -> String {
-    format!("{}:{}:{}", snap.str(f.filename), f.line, snap.str(f.name))
+    let file = snap.str(f.filename);
+    if file.is_empty() && f.line == 0 {
+        return snap.str(f.name).to_string();
+    }
+    format!("{file}:{}:{}", f.line, snap.str(f.name))
 }
 
 /// What PyTorch's viewer shows under a frame of compiled code

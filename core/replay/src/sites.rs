@@ -138,6 +138,22 @@ fn is_release(name: &str) -> bool {
 /// every `...Backward0`, `...Backward1`), `AccumulateGrad`, `CopySlices`, `CopyBackwards`, a
 /// custom C++ function (`CppNode<MyFunction>`: `MyFunction`) or a Python one (`PyNode`).
 pub fn autograd_node(name: &str) -> Option<&str> {
+    // A profiler trace's span of the node: `autograd::engine::evaluate_function: MmBackward0`;
+    // in traces of 2021 the node's own name (`CudnnConvolutionBackward`,
+    // `torch::autograd::AccumulateGrad`).
+    let plain = |n: &str| !n.is_empty() && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if let Some(node) = name.strip_prefix(PROFILER_NODE) {
+        let node = node.trim();
+        let node = node.strip_prefix("torch::autograd::").unwrap_or(node);
+        let node = node.strip_prefix("generated::").unwrap_or(node);
+        return plain(node).then_some(node);
+    }
+    if plain(name) && name.trim_end_matches(|c: char| c.is_ascii_digit()).ends_with("Backward") {
+        return Some(name);
+    }
+    if let Some(node @ ("AccumulateGrad" | "CopySlices" | "CopyBackwards")) = name.strip_prefix("torch::autograd::") {
+        return Some(node);
+    }
     const NS: &str = "torch::autograd::";
     let rest = &name[name.find(NS)? + NS.len()..];
     let head = rest.split('(').next()?;
@@ -162,6 +178,11 @@ pub fn node_text(node: &str) -> String {
 
 /// The aten op a C++ frame dispatches (`at::_ops::zeros::call`).
 fn aten_op(name: &str) -> Option<&str> {
+    // A profiler trace's operator span: `aten::mm`.
+    if let Some(op) = name.strip_prefix("aten::") {
+        let end = op.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(op.len());
+        return Some(&op[..end]).filter(|op| !op.is_empty());
+    }
     let rest = &name[name.find("at::_ops::")? + "at::_ops::".len()..];
     rest.split_once("::").map(|(op, _)| op).filter(|op| !op.is_empty())
 }
@@ -186,8 +207,11 @@ fn op_name(name: &str) -> Option<&str> {
 
 /// A frame of autograd's engine (a backward pass's thread).
 fn is_engine(name: &str) -> bool {
-    name.contains("torch::autograd::Engine::")
+    name.contains("torch::autograd::Engine::") || name.starts_with(PROFILER_NODE)
 }
+
+/// How a profiler trace names the span of an autograd node.
+const PROFILER_NODE: &str = "autograd::engine::evaluate_function: ";
 
 /// The operator a run of C++ frames allocated in: its autograd node's frame and its aten op's
 /// (innermost first), `None` when it names neither.
@@ -402,6 +426,18 @@ mod tests {
         // Without the original code, the generated frame is library code: the caller's line.
         s.frames[gen.0 as usize].extras.clear();
         assert_eq!(site_name(&s, Some(st)), "/home/u/train.py:40:step");
+    }
+
+    #[test]
+    fn a_profiler_traces_spans_name_nodes() {
+        assert_eq!(autograd_node("autograd::engine::evaluate_function: MmBackward0"), Some("MmBackward0"));
+        let acc = "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad";
+        assert_eq!(autograd_node(acc), Some("AccumulateGrad"));
+        assert_eq!(autograd_node("CudnnConvolutionBackward"), Some("CudnnConvolutionBackward"));
+        assert_eq!(autograd_node("torch::autograd::AccumulateGrad"), Some("AccumulateGrad"));
+        assert_eq!(autograd_node("aten::mm"), None);
+        assert_eq!(aten_op("aten::cudnn_convolution_backward_weight"), Some("cudnn_convolution_backward_weight"));
+        assert_eq!(aten_op("aten::"), None);
     }
 
     #[test]

@@ -11,6 +11,7 @@ use snapshot::{frames, stats, Action, Snapshot};
 mod flame;
 mod modern;
 mod preview;
+mod profiler;
 mod ranks;
 
 /// Loads like the worker: in slices.

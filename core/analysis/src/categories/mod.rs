@@ -16,10 +16,12 @@ use crate::timeline::Timeline;
 mod analysis;
 mod evidence;
 mod persistent;
+mod pytorch;
 
 pub use analysis::{Analysis, Stage};
 pub use evidence::{annotation_phase, spans, stack_phase, Span};
 pub use persistent::Inference;
+pub use pytorch::{beside, beside_rows, timeline_rows, Beside, Row};
 
 /// Number of categories.
 pub const N: usize = 10;

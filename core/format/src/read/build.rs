@@ -140,6 +140,8 @@ impl Builder<'_> {
                 crate::model::DEVICE_INFO_KEY => snap.extras.push((k, self.value(v, crate::model::DEVICE_INFO_KEY)?)),
                 // `memscape slice`'s: what the file is a window of, read by `slice::WindowInfo::of`.
                 crate::model::WINDOW_KEY => snap.extras.push((k, self.value(v, crate::model::WINDOW_KEY)?)),
+                // A profiler file's (`memscape convert`): what it was, read by `Snapshot::profiler_info`.
+                crate::model::PROFILER_KEY => snap.extras.push((k, self.value(v, crate::model::PROFILER_KEY)?)),
                 _ => {
                     self.note_unknown("the snapshot", k);
                     let val = self.value(v, self.key(k))?;

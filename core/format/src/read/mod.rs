@@ -15,6 +15,7 @@ mod memo;
 mod pval;
 mod schema;
 mod seen;
+mod trace;
 mod vm;
 
 use std::io::Write as _;
@@ -22,6 +23,7 @@ use std::io::Write as _;
 use base64::Engine as _;
 
 pub use limits::Limits;
+pub use trace::ProfilerInfo;
 
 use crate::error::{ErrorKind, ReadError, Warning};
 use crate::model::Snapshot;
@@ -41,6 +43,10 @@ pub enum Format {
     Json,
     /// An HTML page from `_memory_viz.py` around another format.
     Html(Box<Format>),
+    /// A `torch.profiler` Chrome trace (JSON) with memory events.
+    ProfilerTrace,
+    /// A memory timeline of `torch.profiler` (`export_memory_timeline`, JSON).
+    MemoryTimeline,
 }
 
 /// In words, as the viewer's statistics show it: "pickle, protocol 4",
@@ -54,6 +60,8 @@ impl std::fmt::Display for Format {
             Format::Zstd(inner) => write!(f, "{inner}, zstd-compressed"),
             Format::Json => f.write_str("JSON"),
             Format::Html(inner) => write!(f, "{inner}, inside a PyTorch HTML page"),
+            Format::ProfilerTrace => f.write_str("torch.profiler trace (JSON)"),
+            Format::MemoryTimeline => f.write_str("torch.profiler memory timeline (JSON)"),
         }
     }
 }
@@ -93,6 +101,7 @@ enum State {
     Pickle(Box<PickleState>),
     Gzip(Box<flate2::write::GzDecoder<Sink>>),
     Buffer(Buffered, Vec<u8>),
+    Profiler(Box<trace::Reader>),
     Failed,
 }
 
@@ -194,6 +203,7 @@ impl Loader {
                 Ok(()) => Ok(()),
                 Err(e) => Err(gzip_error(dec.get_mut(), e, self.consumed)),
             },
+            State::Profiler(r) => r.feed(chunk),
             State::Buffer(_, data) => {
                 if data.len() as u64 + chunk.len() as u64 > self.limits.max_string_bytes {
                     return Err(ReadError::too_big(format!(
@@ -240,6 +250,15 @@ impl Loader {
                 loaded.format = Format::Gzip(Box::new(loaded.format));
                 Ok(loaded)
             }
+            State::Profiler(r) => {
+                let format = match r.kind() {
+                    trace::Kind::Trace => Format::ProfilerTrace,
+                    trace::Kind::Timeline => Format::MemoryTimeline,
+                };
+                let (snapshot, warnings) = r.finish()?;
+                let mem = snapshot_heap(&snapshot);
+                Ok(Loaded { snapshot, warnings, format, reader_memory_bytes: mem })
+            }
             State::Buffer(Buffered::Json, data) => read_json(&data, self.limits),
             State::Buffer(Buffered::Html, data) => read_html(&data, self.limits),
             State::Buffer(Buffered::Zstd, data) => read_zstd(&data, self.limits),
@@ -257,6 +276,16 @@ fn gzip_error(sink: &mut Sink, e: std::io::Error, consumed: u64) -> ReadError {
 
 /// Leading whitespace (before a JSON document) accepted before the format is known.
 const MAX_LEADING_WHITESPACE: usize = 1 << 20;
+
+/// Bytes of a JSON document looked at to tell a profiler file from a snapshot (its first
+/// key): a key longer than this is a snapshot's problem.
+const MAX_JSON_PEEK: usize = 64 << 10;
+
+/// The model's memory, as the reader reports it for files it reads without a pickle machine.
+fn snapshot_heap(s: &Snapshot) -> u64 {
+    let traces: usize = s.device_traces.iter().flatten().map(|t| t.heap_bytes()).sum();
+    (traces + s.frames.len() * std::mem::size_of::<crate::model::Frame>() + s.stacks.len() * 16) as u64
+}
 
 /// Chooses a reader from the first bytes; `None` while more bytes are needed.
 fn detect(
@@ -316,7 +345,11 @@ fn detect(
         }
     }
     match first {
-        b'{' | b'[' => Ok(Some(State::Buffer(Buffered::Json, Vec::new()))),
+        b'{' | b'[' => match trace::classify(b, at_end) {
+            Ok(Some(kind)) => Ok(Some(State::Profiler(Box::new(trace::Reader::new(kind))))),
+            Err(()) if b.len() < MAX_JSON_PEEK => Ok(None),
+            _ => Ok(Some(State::Buffer(Buffered::Json, Vec::new()))),
+        },
         b'<' => Ok(Some(State::Buffer(Buffered::Html, Vec::new()))),
         _ => Err(not_a_snapshot(prefix)),
     }
