@@ -8,7 +8,7 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
 use crate::allocator::AllocatorPanel;
-use crate::categories::{CategoryView, Cats};
+use crate::categories::{CategoryView, Cats, Theirs};
 use crate::compare::{Compare, CompareView};
 use crate::details::DetailsPanel;
 use crate::doctor::{Doctor, DoctorView, OomBanner};
@@ -45,6 +45,7 @@ pub(crate) fn App() -> impl IntoView {
     provide_context(help);
     provide_context(Doctor::new(docs, shown, rules, messages, redraw));
     provide_context(Cats::new(docs, shown, rules, redraw, expect_context()));
+    provide_context(Theirs::new(docs, shown, rules, messages));
     provide_context(Compare::new(docs, messages, redraw));
     provide_context(Flames::new(docs, shown, messages, redraw));
     let run = Run::new(opener, docs, messages, shown, redraw);

@@ -3,6 +3,10 @@
 //! iterations, leak suspects, which rule decided what, and the user's rules. A clicked step
 //! is also the flame graph's (`state::Chosen`). The doctor's
 //! ticked what-if predictions (`state::Predicted`) are drawn on the chart as dashed lines.
+//! A `torch.profiler` trace shown beside its run's raw memory timeline also gets PyTorch's
+//! categories next to memscape's at its peak (`pytorch`).
+
+mod pytorch;
 
 use engine::protocol::{CategoriesVm, Category, DocId, Request, Response};
 use leptos::prelude::*;
@@ -15,6 +19,8 @@ use crate::modes::{Mode, Shown};
 use crate::rules::{RulesEditor, UserRules};
 use crate::state::{Chosen, Docs, Predicted, Redraw, Window};
 use crate::text::{bytes_text, delta_text};
+use pytorch::PytorchCategories;
+pub(crate) use pytorch::Theirs;
 
 /// The categories a file has a use for, in stacking order: memory outside PyTorch's allocator
 /// only in merged snapshots that hold some, memory from before the recording not split only
@@ -131,8 +137,11 @@ pub(crate) fn CategoryView() -> impl IntoView {
             {move || c.cats.get().map(|v| view! {
                 <div class="panels">
                     <Breakdown v=v.clone()/>
-                    <Budget v=v.clone()/>
+                    <Budget v=v/>
                 </div>
+            })}
+            <PytorchCategories/>
+            {move || c.cats.get().map(|v| view! {
                 <div class="panels">
                     <Iterations v=v.clone()/>
                     <Leaks v=v.clone()/>

@@ -12,7 +12,7 @@ use crate::dom::{canvas_by_id, now};
 use crate::draw;
 use crate::modes::{Mode, Shown};
 use crate::state::{Docs, Messages, Nav, Redraw};
-use crate::text::{bytes_text, delta_text};
+use crate::text::{bytes_text, delta_text, device_name};
 
 /// Which files are A and B, how they are aligned, and their diff.
 #[derive(Clone, Copy)]
@@ -129,7 +129,7 @@ fn Files() -> impl IntoView {
                         let reserved = dev.as_ref().map_or(0, |d| d.reserved_bytes);
                         view! {
                             <tr class="file" data-name=t.info.name.clone() data-peak=peak.to_string() data-reserved=reserved.to_string()>
-                                <td>{t.info.name.clone()}</td><td>{format!("cuda:{}", t.device)}</td>
+                                <td>{t.info.name.clone()}</td><td>{device_name(&t.info, t.device)}</td>
                                 <td>{bytes_text(peak)}</td><td>{bytes_text(reserved)}</td>
                                 <td><input type="radio" name="diff-a" class="pick-a" prop:checked=move || c.a.get() == Some(doc)
                                     on:change=move |_| { c.a.set(Some(doc)); c.run(); }/></td>

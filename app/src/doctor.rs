@@ -18,7 +18,7 @@ use crate::client::worker;
 use crate::modes::{Mode, Shown};
 use crate::rules::UserRules;
 use crate::state::{Docs, Line, Messages, Nav, Predicted, Redraw};
-use crate::text::{bytes_text, delta_text};
+use crate::text::{bytes_text, delta_text, device_name};
 use tuning::AllocatorWhatIf;
 
 /// The report of the device shown and the OOM chosen.
@@ -126,18 +126,19 @@ fn lines(r: &Report) -> Vec<Line> {
 pub(crate) fn OomBanner() -> impl IntoView {
     let (docs, shown, doctor) = (expect_context::<Docs>(), expect_context::<Shown>(), expect_context::<Doctor>());
     let nav = expect_context::<Nav>();
-    let ooms = move || -> Vec<(u32, u64)> {
-        docs.tab()
-            .map_or(Vec::new(), |t| t.info.devices.iter().filter(|d| d.ooms > 0).map(|d| (d.device, d.ooms)).collect())
+    let ooms = move || -> Vec<(u32, String, u64)> {
+        let Some(t) = docs.tab() else { return Vec::new() };
+        let named = |d: &engine::protocol::DeviceInfo| (d.device, device_name(&t.info, d.device), d.ooms);
+        t.info.devices.iter().filter(|d| d.ooms > 0).map(named).collect()
     };
     let here = move || docs.tab().is_some_and(|t| t.info.devices.iter().any(|d| d.device == t.device && d.ooms > 0));
     let times = |n: u64| if n == 1 { "once".to_string() } else { format!("{n} times") };
     view! {
         <Show when=move || !shown.is(Mode::Doctor) && !ooms().is_empty()>
             <div id="oom-banner" role="status">
-                {move || ooms().into_iter().map(|(dev, n)| view! {
+                {move || ooms().into_iter().map(|(dev, name, n)| view! {
                     <span class="oom-device-line">
-                        <button class="oom-device link" data-device=dev.to_string() on:click=move |_| nav.device(dev)>{format!("cuda:{dev}")}</button>
+                        <button class="oom-device link" data-device=dev.to_string() on:click=move |_| nav.device(dev)>{name}</button>
                         {format!(" ran out of memory {}.", times(n))}
                     </span>
                 }).collect_view()}
@@ -200,12 +201,12 @@ fn figure(key: &'static str, label: &'static str, v: Option<u64>) -> impl IntoVi
 /// The chosen OOM: verdict, figures, holders, advice.
 #[component]
 fn OomPanel(r: Report) -> impl IntoView {
-    let d = expect_context::<Doctor>();
+    let (d, docs) = (expect_context::<Doctor>(), expect_context::<Docs>());
     move || {
         let o: Oom = r.ooms.get(d.chosen.get()).or(r.ooms.first())?.clone();
         Some(view! {
             <section id="oom" data-entry=o.entry.to_string() data-step=o.step.to_string()>
-                <h2>{format!("Out of memory on cuda:{} at event {}, {}", o.device, o.entry, o.phase)}</h2>
+                <h2>{format!("Out of memory on {} at event {}, {}", docs.device_name(o.device), o.entry, o.phase)}</h2>
                 <p id="verdict" data-verdict=o.verdict.key()><strong>{o.verdict.label()}</strong>": "{o.why.clone()}</p>
                 <div class="panels">
                     <section>
@@ -287,9 +288,10 @@ fn AdviceList(advice: Vec<Advice>) -> impl IntoView {
 #[component]
 fn PeakPanel(r: Report) -> impl IntoView {
     let p = r.peak;
+    let device = expect_context::<Docs>().device_name(p.device);
     view! {
         <section id="peak-health" data-peak=p.peak_bytes.to_string()>
-            <h2>{format!("No out-of-memory error recorded on cuda:{}", p.device)}</h2>
+            <h2>{format!("No out-of-memory error recorded on {device}")}</h2>
             <p id="headroom" data-headroom=p.headroom_bytes.map_or("null".to_string(), |h| h.to_string())>
                 {match (p.capacity_bytes, p.headroom_bytes) {
                     (Some(c), Some(h)) => format!("Peak {} of {} ({}): {} {}.", bytes_text(p.peak_bytes), bytes_text(c),

@@ -12,14 +12,14 @@ pub(crate) fn HistoryBanner() -> impl IntoView {
     let lost = move || {
         docs.tab().and_then(|t| {
             let d = t.info.device_summary(t.device)?;
-            (d.history_overflowed == Some(true)).then_some((t.device, d.history_max_entries))
+            (d.history_overflowed == Some(true))
+                .then(|| (crate::text::device_name(&t.info, t.device), d.history_max_entries))
         })
     };
     view! {
         <Show when=move || lost().is_some()>
             <div id="history-banner" role="status">
                 {move || lost().map(|(dev, n)| {
-                    let dev = crate::text::device_name(dev);
                     let kept = n.map_or("only its last events".to_string(), |n| format!("the last {n} events"));
                     format!("The recording of {dev} kept {kept} (its ring buffer overflowed): what was allocated before is reconstructed from the final state, and allocations without a stack say why in their details.")
                 })}

@@ -43,8 +43,11 @@ fn rows(t: &Tab) -> Vec<AnyView> {
     if let Some(w) = &sum.window {
         rows.insert(0, text_row("window".into(), "a window of".into(), w.source.clone(), w.describe()).into_any());
     }
+    if let Some(p) = &sum.profiler {
+        rows.insert(0, text_row("profiler".into(), "opened from".into(), p.source.clone(), p.describe()).into_any());
+    }
     if let Some(d) = t.info.device_summary(t.device) {
-        device_rows(&device_name(t.device), d, &mut rows);
+        device_rows(&device_name(&t.info, t.device), d, &mut rows);
     }
     // A trace without `time_us` (torch_npu's, before 2.2): said once, here.
     if t.info.devices.iter().any(|d| d.device == t.device && d.entries > 0 && !d.has_time) {

@@ -1,15 +1,16 @@
 //! Figures as the page writes them.
 
-use engine::protocol::HOST;
+use engine::protocol::{DocInfo, HOST};
 use snapshot::stats::format_size;
 
-/// `cuda:1`, or `host` for the pinned host memory.
-pub(crate) fn device_name(device: u32) -> String {
+/// Device `device` of a file as the file names it: a profiler file's own name (`cpu`,
+/// `cuda:0`), else `cuda:1`, or `host` for the pinned host memory.
+pub(crate) fn device_name(info: &DocInfo, device: u32) -> String {
     if device == HOST {
-        "host".into()
-    } else {
-        format!("cuda:{device}")
+        return "host".into();
     }
+    let named = info.summary.profiler.as_ref().and_then(|p| p.devices.get(device as usize));
+    named.cloned().unwrap_or_else(|| format!("cuda:{device}"))
 }
 
 /// `1.5 GiB (1610612736 bytes)`.

@@ -82,6 +82,14 @@ impl Docs {
         });
     }
 
+    /// Device `device` of the file shown, as the file names it (`text::device_name`; tracked).
+    pub(crate) fn device_name(self, device: u32) -> String {
+        self.tabs.with(|t| {
+            let info = self.active.get().and_then(|id| t.iter().find(|t| t.info.doc == id)).map(|t| &t.info);
+            info.map_or_else(|| format!("cuda:{device}"), |i| crate::text::device_name(i, device))
+        })
+    }
+
     /// The device a file shows (0 when it is not open).
     pub(crate) fn device_of(self, doc: DocId) -> u32 {
         self.tabs.with_untracked(|t| t.iter().find(|t| t.info.doc == doc).map_or(0, |t| t.device))

@@ -108,7 +108,7 @@ fn DeviceOptions() -> impl IntoView {
                         None if d.device == engine::protocol::HOST => " (pinned memory)".into(),
                         None => String::new(),
                     };
-                    let label = format!("{}{name} ({} events)", crate::text::device_name(d.device), d.entries);
+                    let label = format!("{}{name} ({} events)", crate::text::device_name(&t.info, d.device), d.entries);
                     view! { <option value=v selected=sel>{label}</option> }
                 })
                 .collect_view()

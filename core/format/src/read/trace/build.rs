@@ -79,6 +79,8 @@ pub(crate) struct Builder {
     py: Vec<PyName>,
     py_frames: FxHashMap<(StrId, StrId, i64), FrameId>,
     stacks: FxHashMap<Vec<FrameId>, StackId>,
+    /// The frames of the stack being looked up (one buffer for every memory event).
+    scratch: Vec<FrameId>,
     call_stack_ids: FxHashMap<Box<str>, u32>,
     call_stacks: Vec<Vec<FrameId>>,
     /// `record_function` spans: start, end, name.
@@ -290,7 +292,9 @@ impl Builder {
         mems.sort_by_key(|&i| (m[i as usize].thread, m[i as usize].ts));
         let mut open: Vec<u32> = Vec::new();
         let mut next = 0;
-        let mut by_top: FxHashMap<u32, Option<StackId>> = FxHashMap::default();
+        // A span that ended is still on the stack when one that started inside it outlasts it
+        // (a `record_function` opened in `__enter__`): only the spans still open are frames.
+        let mut live: Vec<u32> = Vec::new();
         let mut thread = u32::MAX;
         for &mi in &mems {
             let (t, ts) = (self.mem[mi as usize].thread, self.mem[mi as usize].ts);
@@ -315,15 +319,12 @@ impl Builder {
             while open.last().is_some_and(|&o| self.spans[o as usize].end < ts) {
                 open.pop();
             }
-            let Some(&top) = open.last() else { continue };
-            let stack = match by_top.get(&top) {
-                Some(&s) => s,
-                None => {
-                    let s = self.stack_of(&open);
-                    by_top.insert(top, s);
-                    s
-                }
-            };
+            live.clear();
+            live.extend(open.iter().copied().filter(|&o| self.spans[o as usize].end >= ts));
+            if live.is_empty() {
+                continue;
+            }
+            let stack = self.stack_of(&live);
             self.mem[mi as usize].stack = stack;
         }
     }
@@ -331,7 +332,8 @@ impl Builder {
     /// The frames of the open spans, innermost first; an operator's `Call stack` stands for
     /// the Python frames where the trace has no `python_function` events.
     fn stack_of(&mut self, open: &[u32]) -> Option<StackId> {
-        let mut frames: Vec<FrameId> = Vec::new();
+        let mut frames = std::mem::take(&mut self.scratch);
+        frames.clear();
         let mut python = false;
         let mut call_stack = None;
         // The line the next Python function out is running: its callee's `CallFrom`.
@@ -362,15 +364,17 @@ impl Builder {
             frames.extend_from_slice(&self.call_stacks[cs as usize]);
         }
         frames.truncate(MAX_FRAMES);
-        if frames.is_empty() {
-            return None;
-        }
-        if let Some(&s) = self.stacks.get(&frames) {
-            return Some(s);
-        }
-        let s = self.snap.add_stack(&frames);
-        self.stacks.insert(frames, s);
-        Some(s)
+        let stack = match self.stacks.get(&frames) {
+            _ if frames.is_empty() => None,
+            Some(&s) => Some(s),
+            None => {
+                let s = self.snap.add_stack(&frames);
+                self.stacks.insert(frames.clone(), s);
+                Some(s)
+            }
+        };
+        self.scratch = frames;
+        stack
     }
 
     /// Per device, the bytes its first `Total Allocated` counts that the trace never shows
