@@ -54,6 +54,9 @@ snap = {'segments': [seg], 'device_traces': [trace], 'allocator_settings': {'PYT
 pickle.dump(snap, open(sys.argv[1], 'wb'), protocol=4)
 `;
 
+/** How Kineto starts a trace: the events follow. */
+const TRACE_HEAD = '{"schemaVersion": 1, "deviceProperties": [], "traceEvents": [';
+
 /** The classic: unpickling this runs a shell command. */
 const GADGET = String.raw`
 import os, pickle, sys
@@ -94,6 +97,13 @@ function inputs() {
     ['huge-string.pickle', pickle([0x8d], huge, 'abc'), /claims 1152921504606846976 bytes/],
     ['stack-bomb.pickle.gz', stackBomb, /pickle stack.*at byte \d+ of the gzip payload/],
     ['list-bomb.pickle.gz', listBomb, /more than 33554432 items.*at byte \d+ of the gzip payload/],
+    // torch.profiler traces: cut short, a wrong type, nesting no trace has, a gzip of a cut one.
+    ['cut.pt.trace.json', Buffer.from(TRACE_HEAD + '{"ph": "X", "name": "aten::mm"'), /truncated.*at byte \d+/],
+    ['wrong-type.pt.trace.json', Buffer.from(TRACE_HEAD + '{"ph": "i", "name": "[memory]", "ts": 1, "args": {"Bytes": "lots"}}]}'),
+      /traceEvents\[0\].*invalid type.*at byte \d+/],
+    ['deep.pt.trace.json', Buffer.from(TRACE_HEAD + '['.repeat(100_000) + ']'.repeat(100_000) + ']}'), /nests deeper than 128.*at byte \d+/],
+    ['cut.pt.trace.json.gz', gzipSync(Buffer.from(TRACE_HEAD + '{"ph": "i", "name": "[memory]", "ts": 1.5, "args": {"Bytes": 512')),
+      /truncated.*at byte \d+ of the gzip payload/],
   ];
 }
 

@@ -23,7 +23,7 @@ pub use error::{Bound, ErrorKind, ReadError, Warning};
 pub use intern::{StrId, Strings};
 pub use model::{
     Action, Annotation, Block, BlockState, DeviceInfo, Entry, Frame, FrameId, History, PoolId, Root, Segment, Snapshot,
-    StackId, Stacks, Trace, DEVICE_INFO_KEY, OUTSIDE_KEY, PROFILER_KEY, WINDOW_KEY,
+    StackId, Stacks, Trace, DEVICE_INFO_KEY, OUTSIDE_KEY, PROFILER_KEY, SPAN_FILE, WINDOW_KEY,
 };
 pub use read::{read, Format, Limits, Loaded, Loader, ProfilerInfo};
 pub use value::Value;

@@ -782,6 +782,10 @@ pub const DEVICE_INFO_KEY: &str = "memscape_devices";
 /// PyTorch's caching allocator (`memscape merge`). PyTorch's tools ignore keys they do not know.
 pub const OUTSIDE_KEY: &str = "memscape_outside_allocator";
 
+/// The file of a frame a profiler trace's span makes without one (an operator, a
+/// `record_function`, `nn.Module: Linear_0`): views show such a frame by its name alone.
+pub const SPAN_FILE: &str = "torch.profiler span";
+
 /// The top-level key under which a snapshot read from a `torch.profiler` file says what the
 /// file was (`read::ProfilerInfo`). PyTorch's tools ignore it.
 pub const PROFILER_KEY: &str = "memscape_profiler";

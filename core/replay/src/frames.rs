@@ -43,11 +43,12 @@ pub fn is_hidden(snap: &Snapshot, f: &Frame) -> bool {
     HIDDEN_NAMES.iter().any(|h| name.contains(h)) || HIDDEN_FILES.iter().any(|h| file.contains(h))
 }
 
-/// One frame as a line: `filename:line:name`; a frame with neither file nor line (a profiler
-/// trace's operator, `aten::mm`) by its name alone.
+/// One frame as a line: `filename:line:name`, as PyTorch's viewers print it; a profiler
+/// trace's span without a file (`aten::mm`, [`SPAN_FILE`](crate::model::SPAN_FILE)) by its
+/// name alone.
 pub fn frame_line(snap: &Snapshot, f: &Frame) -> String {
     let file = snap.str(f.filename);
-    if file.is_empty() && f.line == 0 {
+    if file == crate::model::SPAN_FILE {
         return snap.str(f.name).to_string();
     }
     format!("{file}:{}:{}", f.line, snap.str(f.name))

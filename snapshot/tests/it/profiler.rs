@@ -258,7 +258,7 @@ fn hostile_traces_are_clear_errors() {
         (mem(r#"{"Bytes": 8, "Addr": -5}"#), ErrorKind::Schema, "not an address"),
         (format!("{head}{}{}]}}", "[".repeat(100_000), "]".repeat(100_000)), ErrorKind::TooLarge, "nests deeper"),
         (format!(r#"{head}{{"ph": "i", "ts": "soon", "name": "[memory]"}}]}}"#), ErrorKind::Schema, "not a time"),
-        (r#"{"schemaVersion": 1}"#.to_string(), ErrorKind::Schema, "no `traceEvents`"),
+        (r#"{"schemaVersion": 1}"#.to_string(), ErrorKind::Schema, "no events in `traceEvents` and no `segments`"),
         (format!(r#"{head}{{"a": 1}} {{"b": 2}}]}}"#), ErrorKind::Malformed, "invalid JSON"),
         ("[[1, 2, 3, 4], [1, 9, 3, 4]]".to_string(), ErrorKind::Schema, "not PyTorch's"),
         ("[[1, 2, 3], [4, 5]]".to_string(), ErrorKind::Schema, "memory timeline element"),

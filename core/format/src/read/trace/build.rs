@@ -13,7 +13,7 @@ use super::event::{micros_to_ns, Args, Event, Int};
 use super::ProfilerInfo;
 use crate::error::{ErrorKind, ReadError, Warning};
 use crate::intern::StrId;
-use crate::model::{Action, Annotation, DeviceInfo, Entry, Frame, FrameId, Snapshot, StackId, Trace};
+use crate::model::{Action, Annotation, DeviceInfo, Entry, Frame, FrameId, Snapshot, StackId, Trace, SPAN_FILE};
 
 /// Frames kept per stack, innermost first (a recursion deeper than this is cut).
 const MAX_FRAMES: usize = 256;
@@ -224,7 +224,7 @@ impl Builder {
         if let Some(&f) = self.ops.get(name) {
             return f;
         }
-        let f = self.snap.add_frame(name, "", 0);
+        let f = self.snap.add_frame(name, SPAN_FILE, 0);
         self.ops.insert(name.into(), f);
         f
     }
@@ -415,7 +415,7 @@ impl Builder {
         if self.events == 0 {
             return Err(ReadError::new(
                 ErrorKind::Schema,
-                "a JSON document with no `traceEvents`: neither a profiler trace nor a memory snapshot",
+                "a JSON document with no events in `traceEvents` and no `segments`: neither a profiler trace with events nor a memory snapshot",
             ));
         }
         self.attach_stacks();
@@ -446,7 +446,7 @@ impl Builder {
         let addresses = self.mem.iter().any(|m| m.addr.is_some() && !m.oom);
         let before = self.before_the_trace(&order, &index, names.len());
         let before_stack = if before.iter().any(|&b| b > 0) {
-            let f = self.snap.add_frame("memory allocated before the trace began (its `Total Allocated`)", "", 0);
+            let f = self.snap.add_frame("memory allocated before the trace began (its Total Allocated)", SPAN_FILE, 0);
             Some(self.snap.add_stack(&[f]))
         } else {
             None
@@ -546,7 +546,7 @@ fn split_python(text: &str) -> (&str, &str, i64) {
             }
         }
     }
-    (text, "", 0)
+    (text, SPAN_FILE, 0)
 }
 
 /// Addresses for a trace without `Addr`: each allocation a new one, a free ending the

@@ -206,10 +206,12 @@ impl Reader {
 
     pub(crate) fn finish(self) -> Result<(Snapshot, Vec<Warning>), ReadError> {
         self.scan.finish()?;
-        let (mut snap, warnings, info) = match self.kind {
-            Kind::Trace => self.trace.finish()?,
-            Kind::Timeline => self.timeline.finish()?,
+        let end = self.scan.consumed();
+        let built = match self.kind {
+            Kind::Trace => self.trace.finish(),
+            Kind::Timeline => self.timeline.finish(),
         };
+        let (mut snap, warnings, info) = built.map_err(|e| e.at(end))?;
         let key = snap.strings.intern(crate::model::PROFILER_KEY);
         snap.extras.push((key, info.to_value()));
         Ok((snap, warnings))

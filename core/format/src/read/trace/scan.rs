@@ -331,6 +331,11 @@ impl Scanner {
         Ok(None)
     }
 
+    /// Bytes read so far.
+    pub(crate) fn consumed(&self) -> u64 {
+        self.base
+    }
+
     /// Ends the input: an error unless the root closed.
     pub(crate) fn finish(&self) -> Result<(), ReadError> {
         if self.at == At::End {
