@@ -130,8 +130,6 @@ impl Opener {
                         "Showing a window{why}: {}. Memory alive when it starts is drawn from its first step.",
                         w.describe()
                     )));
-                } else if let Some(p) = &info.summary.profiler {
-                    self.messages.notice.set(Some(format!("Opened from {}.", p.describe())));
                 }
                 let doc = info.doc;
                 self.add_tab(Tab::new(info), wanted);

@@ -102,10 +102,13 @@ pub(crate) fn Loads() -> impl IntoView {
     }
 }
 
-/// The error (until dismissed) and the notice.
+/// The error (until dismissed) and the notice: a message of the moment, else what the file
+/// shown was (a profiler file's, which belongs to its tab).
 #[component]
 pub(crate) fn Banners() -> impl IntoView {
     let m = expect_context::<Messages>();
+    let docs = expect_context::<Docs>();
+    let notice = move || m.notice.get().or_else(|| docs.profiler_notice());
     view! {
         <Show when=move || m.error.with(Option::is_some)>
             <div id="error" role="alert">
@@ -113,8 +116,8 @@ pub(crate) fn Banners() -> impl IntoView {
                 <button on:click=move |_| m.error.set(None)>"Dismiss"</button>
             </div>
         </Show>
-        <Show when=move || m.notice.with(Option::is_some)>
-            <div id="notice">{move || m.notice.get().unwrap_or_default()}</div>
+        <Show when=move || notice().is_some()>
+            <div id="notice">{move || notice().unwrap_or_default()}</div>
         </Show>
     }
 }

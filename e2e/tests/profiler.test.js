@@ -170,8 +170,11 @@ test('a trace with its raw memory timeline open shows PyTorch\'s categories besi
   await page.waitForFunction(() => document.querySelector('#breakdown tr[data-category="total"]'), null, { timeout: 30000 });
   assert.equal(await page.locator('#pytorch-categories').count(), 0, 'a timeline is not compared with itself');
   // The trace's tab: the one timeline open is taken without asking.
+  assert.match(await notice(), /^Opened from a torch\.profiler memory timeline \(raw\)/, 'the notice is the tab shown\'s');
   await page.locator('.tab-name', { hasText: TRACE }).click();
   await tabShown(page, TRACE);
+  await page.waitForFunction(() => /^Opened from a torch\.profiler trace: /.test(document.querySelector('#notice')?.textContent ?? ''),
+    null, { timeout: 30000 });
   await page.waitForSelector('#pytorch-table tr.beside', { timeout: 60000 });
   assert.equal(await page.locator('#pytorch-categories h2').textContent(), "PyTorch's categories");
   assert.match(await page.locator('#pytorch-timeline-name').textContent(), new RegExp(RAW.replace(/\./g, '\\.')));

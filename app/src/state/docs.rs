@@ -82,6 +82,15 @@ impl Docs {
         });
     }
 
+    /// What the file shown was, when it was read from a `torch.profiler` file: the page's
+    /// standing notice for its tab (tracked).
+    pub(crate) fn profiler_notice(self) -> Option<String> {
+        self.tabs.with(|t| {
+            let info = self.active.get().and_then(|id| t.iter().find(|t| t.info.doc == id)).map(|t| &t.info)?;
+            info.summary.profiler.as_ref().map(|p| format!("Opened from {}.", p.describe()))
+        })
+    }
+
     /// Device `device` of the file shown, as the file names it (`text::device_name`; tracked).
     pub(crate) fn device_name(self, device: u32) -> String {
         self.tabs.with(|t| {
