@@ -14,6 +14,7 @@
 pub mod error;
 pub mod intern;
 pub mod model;
+mod profiler;
 mod read;
 pub mod units;
 pub mod value;
@@ -25,5 +26,6 @@ pub use model::{
     Action, Annotation, Block, BlockState, DeviceInfo, Entry, Frame, FrameId, History, PoolId, Root, Segment, Snapshot,
     StackId, Stacks, Trace, DEVICE_INFO_KEY, OUTSIDE_KEY, PROFILER_KEY, SPAN_FILE, WINDOW_KEY,
 };
-pub use read::{read, Format, Limits, Loaded, Loader, ProfilerInfo};
+pub use profiler::ProfilerInfo;
+pub use read::{read, Format, Limits, Loaded, Loader};
 pub use value::Value;

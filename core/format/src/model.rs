@@ -787,7 +787,7 @@ pub const OUTSIDE_KEY: &str = "memscape_outside_allocator";
 pub const SPAN_FILE: &str = "torch.profiler span";
 
 /// The top-level key under which a snapshot read from a `torch.profiler` file says what the
-/// file was (`read::ProfilerInfo`). PyTorch's tools ignore it.
+/// file was (`profiler::ProfilerInfo`). PyTorch's tools ignore it.
 pub const PROFILER_KEY: &str = "memscape_profiler";
 
 /// The top-level key under which a slice says what it is a window of (`memscape slice`).
@@ -894,9 +894,9 @@ impl Snapshot {
 
     /// What the file was when it was read from a `torch.profiler` file (under
     /// [`PROFILER_KEY`]); `None` for a snapshot PyTorch recorded.
-    pub fn profiler_info(&self) -> Option<crate::read::ProfilerInfo> {
+    pub fn profiler_info(&self) -> Option<crate::profiler::ProfilerInfo> {
         let v = self.extras.iter().find(|(k, _)| self.str(*k) == PROFILER_KEY).map(|(_, v)| v)?;
-        crate::read::ProfilerInfo::from_value(v)
+        crate::profiler::ProfilerInfo::from_value(v)
     }
 
     /// The devices described under [`DEVICE_INFO_KEY`] (written by `memscape capture`); empty

@@ -23,7 +23,6 @@ use std::io::Write as _;
 use base64::Engine as _;
 
 pub use limits::Limits;
-pub use trace::ProfilerInfo;
 
 use crate::error::{ErrorKind, ReadError, Warning};
 use crate::model::Snapshot;
@@ -256,7 +255,7 @@ impl Loader {
                     trace::Kind::Timeline => Format::MemoryTimeline,
                 };
                 let (snapshot, warnings) = r.finish()?;
-                let mem = snapshot_heap(&snapshot);
+                let mem = snapshot.heap_bytes() as u64;
                 Ok(Loaded { snapshot, warnings, format, reader_memory_bytes: mem })
             }
             State::Buffer(Buffered::Json, data) => read_json(&data, self.limits),
@@ -280,12 +279,6 @@ const MAX_LEADING_WHITESPACE: usize = 1 << 20;
 /// Bytes of a JSON document looked at to tell a profiler file from a snapshot (its first
 /// key): a key longer than this is a snapshot's problem.
 const MAX_JSON_PEEK: usize = 64 << 10;
-
-/// The model's memory, as the reader reports it for files it reads without a pickle machine.
-fn snapshot_heap(s: &Snapshot) -> u64 {
-    let traces: usize = s.device_traces.iter().flatten().map(|t| t.heap_bytes()).sum();
-    (traces + s.frames.len() * std::mem::size_of::<crate::model::Frame>() + s.stacks.len() * 16) as u64
-}
 
 /// Chooses a reader from the first bytes; `None` while more bytes are needed.
 fn detect(

@@ -526,7 +526,7 @@ impl Builder {
             warnings.push(Warning { message: "memory events without `ts` were skipped".into(), count: self.skipped });
         }
         let info = ProfilerInfo {
-            source: super::TRACE.into(),
+            source: crate::profiler::TRACE.into(),
             devices: names,
             addresses,
             reserved: self.mem.iter().any(|m| m.total_reserved.is_some_and(|r| r > 0)),

@@ -108,7 +108,7 @@ impl Timeline {
         let source = match self.coalesced.take() {
             Some((times, sizes)) => {
                 coalesced(&times, &sizes, &cats, &mut trace)?;
-                super::COALESCED_TIMELINE
+                crate::profiler::COALESCED_TIMELINE
             }
             None => {
                 let unmatched = raw(&self.rows, &cats, &mut trace);
@@ -118,7 +118,7 @@ impl Timeline {
                         count: unmatched,
                     });
                 }
-                super::RAW_TIMELINE
+                crate::profiler::RAW_TIMELINE
             }
         };
         snap.device_traces = Some(vec![trace]);
