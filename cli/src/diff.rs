@@ -29,12 +29,21 @@ pub(crate) struct Args {
     /// Category rules, as for `stats`.
     #[arg(long)]
     rules: Option<PathBuf>,
+    /// Name files by their path inside their project (after site-packages/, or their last two
+    /// folders), so that the same code run from two folders or machines (a prediction and
+    /// its recording) has the same call sites. On by default when either file is a prediction.
+    #[arg(long)]
+    portable_paths: bool,
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
-    let Args { a, b, json, align, whole_stack, device, rules } = args;
+    let Args { a, b, json, align, whole_stack, device, rules, portable_paths } = args;
     let rules = read_rules(rules.as_deref())?;
-    let (pa, pb) = (ranks::snapshot_profile(&a, device, &rules)?, ranks::snapshot_profile(&b, device, &rules)?);
+    let (mut pa, predicted_a) = ranks::snapshot_profile_predicted(&a, device, &rules)?;
+    let (mut pb, predicted_b) = ranks::snapshot_profile_predicted(&b, device, &rules)?;
+    if portable_paths || predicted_a || predicted_b {
+        (pa, pb) = (pa.portable(), pb.portable());
+    }
     let by = if whole_stack { snapshot::diff::SiteMode::Stack } else { snapshot::diff::SiteMode::Frame };
     let d = snapshot::diff::diff(&pa, &pb, align, by);
     let mut out = std::io::stdout().lock();

@@ -15,6 +15,7 @@ mod launch;
 mod mcp;
 mod merge;
 mod parse;
+mod predict;
 mod ranks;
 mod replay;
 mod skill;
@@ -80,6 +81,11 @@ enum Command {
     /// did, and the first decision it makes otherwise (a check that memscape understands the
     /// allocator, before trusting its allocator what-ifs).
     Replay(replay::Args),
+    /// Predict the snapshot a PyTorch program would record on a GPU, on this machine's CPU:
+    /// the program runs unchanged on a fake CUDA device (no tensor data is allocated), its
+    /// allocations go through a simulation of PyTorch's caching allocator, and its own
+    /// `_dump_snapshot` calls (or --out) write the predicted snapshot.
+    Predict(predict::Args),
     /// Generate a realistic synthetic snapshot (deterministic for a given seed).
     Synth(synth::Args),
     /// Run a CUDA program and record every device allocation it makes (needs an NVIDIA GPU).
@@ -103,6 +109,8 @@ fn main() -> ExitCode {
         Command::Convert(a) => done(convert::run(a)),
         Command::Replay(a) => done(replay::run(a)),
         Command::Synth(a) => done(synth::run(a)),
+        // The program's own exit code is memscape's.
+        Command::Predict(a) => predict::run(a),
         // The program's own exit code is memscape's.
         Command::Capture(a) => launch::run(a),
     };

@@ -58,6 +58,15 @@ pub(crate) fn ranks(args: RanksArgs) -> anyhow::Result<()> {
 
 /// The profile of one device of a snapshot file (by default `Snapshot::default_device`: the first that ran out of memory, else the one with the most events).
 pub(crate) fn snapshot_profile(path: &Path, device: Option<usize>, rules: &Compiled) -> anyhow::Result<Profile> {
+    Ok(snapshot_profile_predicted(path, device, rules)?.0)
+}
+
+/// [`snapshot_profile`], and whether the file is a prediction (`memscape predict`).
+pub(crate) fn snapshot_profile_predicted(
+    path: &Path,
+    device: Option<usize>,
+    rules: &Compiled,
+) -> anyhow::Result<(Profile, bool)> {
     let loaded = crate::input::load(path)?;
     for w in &loaded.warnings {
         eprintln!("memscape: {}: warning: {w}", path.display());
@@ -66,7 +75,7 @@ pub(crate) fn snapshot_profile(path: &Path, device: Option<usize>, rules: &Compi
     let d = snap.pick_device(device).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     let tl = Timeline::build(snap, d, TimelineKind::Blocks);
     let cats = snapshot::categories::analyze(snap, &tl, rules);
-    Ok(snapshot::diff::profile(snap, &tl, &cats))
+    Ok((snapshot::diff::profile(snap, &tl, &cats), snap.prediction_info().is_some()))
 }
 
 /// `memscape profile FILE -o OUT`.

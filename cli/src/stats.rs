@@ -176,6 +176,12 @@ fn print_stats(out: &mut impl std::io::Write, s: &snapshot::stats::Summary) -> s
     if let Some(p) = &s.profiler {
         writeln!(out, "opened from: {}", p.describe())?;
     }
+    if let Some(p) = &s.prediction {
+        writeln!(out, "PREDICTION: {}", p.describe())?;
+        for a in &p.assumptions {
+            writeln!(out, "  assumed: {a}")?;
+        }
+    }
     writeln!(out, "segments: {}", s.segments)?;
     writeln!(out, "total_reserved: {}", fs(s.total_reserved.into()))?;
     writeln!(out, "total_allocated: {}", fs(s.total_allocated.into()))?;

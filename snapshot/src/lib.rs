@@ -16,6 +16,8 @@
 //! - `memscape-compare`: [`diff`] (what changed between two runs), [`ranks`] (a whole run, one
 //!   file per rank) and [`check`] (a run against budgets).
 //! - `memscape-synth`: [`synth`], realistic snapshots of any size.
+//! - `memscape-predict`: [`predict`], the snapshot a program would record, from the
+//!   allocations it asked for (`memscape predict`).
 //!
 //! ```
 //! let pickle = snapshot::write::to_pickle_bytes(&snapshot::synth::generate(&snapshot::synth::Options {
@@ -32,6 +34,7 @@ pub use memscape_analysis::{categories, flame, stats};
 pub use memscape_compare::{check, diff, ranks};
 pub use memscape_doctor as doctor;
 pub use memscape_format::{units, write};
+pub use memscape_predict as predict;
 pub use memscape_replay::{
     allocator, frames, history, host, labels, layout, merge, pools, search, settings, simulate, sites, slice, state,
     timeline,

@@ -9,6 +9,7 @@ use serde_json::Value;
 
 mod check;
 mod convert;
+mod predict;
 mod profiler;
 mod ranks;
 mod slice;

@@ -34,6 +34,9 @@ pub struct Summary {
     /// What the file was when it was read from a `torch.profiler` file.
     #[serde(default)]
     pub profiler: Option<memscape_format::ProfilerInfo>,
+    /// What the prediction is, when `memscape predict` made the file rather than PyTorch.
+    #[serde(default)]
+    pub prediction: Option<memscape_format::PredictionInfo>,
 }
 
 /// Figures for one device.
@@ -137,6 +140,7 @@ pub fn summary_with(snap: &Snapshot, mut also: impl FnMut(Timeline)) -> Summary 
         host: host_summary(snap).map(Box::new),
         window: crate::slice::WindowInfo::of(snap),
         profiler: snap.profiler_info(),
+        prediction: snap.prediction_info(),
     };
     // Sizes are the file's: a hostile one's sums saturate instead of overflowing (the rounding,
     // which can be negative, is summed exactly and saturates once).

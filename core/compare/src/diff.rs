@@ -131,6 +131,65 @@ fn group(rows: FxHashMap<String, (u64, u32)>) -> Vec<SiteBytes> {
 }
 
 /// Reduces one device of a snapshot (its blocks timeline `tl` and categories `cats`).
+/// A call site (or a whole stack, a line per frame) with each file named by its path inside
+/// its project rather than on the machine that ran it: after `site-packages/`, or else its
+/// last two parts (`cs336_basics/model.py:39:forward`). Two runs of the same code from
+/// different folders, or a prediction and the recording it predicts, then name their call
+/// sites alike.
+pub fn portable_site(site: &str) -> String {
+    site.lines().map(portable_line).collect::<Vec<_>>().join("\n")
+}
+
+fn portable_line(line: &str) -> String {
+    line.split(' ').map(portable_token).collect::<Vec<_>>().join(" ")
+}
+
+/// `path:line:name` with the path made portable; anything else as it is.
+fn portable_token(token: &str) -> String {
+    let mut parts = token.rsplitn(3, ':');
+    let (Some(name), Some(line), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
+        return token.to_string();
+    };
+    if line.is_empty() || !line.bytes().all(|b| b.is_ascii_digit()) || !(path.contains('/') || path.contains('\\')) {
+        return token.to_string();
+    }
+    let path = path.replace('\\', "/");
+    let short = match path.rfind("site-packages/") {
+        Some(i) => &path[i + "site-packages/".len()..],
+        None => {
+            let cut = path.rmatch_indices('/').nth(1).map_or(0, |(i, _)| i + 1);
+            &path[cut..]
+        }
+    };
+    format!("{short}:{line}:{name}")
+}
+
+impl Profile {
+    /// This profile with its call sites made portable ([`portable_site`]), merging those that
+    /// then name the same site.
+    pub fn portable(mut self) -> Profile {
+        let merge = |rows: Vec<SiteBytes>| {
+            let mut by: FxHashMap<String, (u64, u32)> = FxHashMap::default();
+            for r in rows {
+                let e = by.entry(portable_site(&r.site)).or_default();
+                e.0 += r.bytes;
+                e.1 += r.count;
+            }
+            group(by)
+        };
+        self.sites = merge(std::mem::take(&mut self.sites));
+        self.stacks = merge(std::mem::take(&mut self.stacks));
+        let mut allocs: FxHashMap<(String, u64), u32> = FxHashMap::default();
+        for (site, bytes, n) in std::mem::take(&mut self.allocs) {
+            *allocs.entry((portable_site(&site), bytes)).or_default() += n;
+        }
+        let mut allocs: Vec<(String, u64, u32)> = allocs.into_iter().map(|((s, b), n)| (s, b, n)).collect();
+        allocs.sort();
+        self.allocs = allocs;
+        self
+    }
+}
+
 pub fn profile(snap: &Snapshot, tl: &Timeline, cats: &Categories) -> Profile {
     let device = tl.device();
     let trace = snap.trace(device);
@@ -570,4 +629,26 @@ fn unmatched_segments(a: &[SegmentKey], b: &[SegmentKey]) -> (Vec<SegmentKey>, V
     }
     let only_b = b.iter().zip(&used_b).filter(|(_, &u)| !u).map(|(s, _)| s.clone()).collect();
     (only_a, only_b)
+}
+
+#[cfg(test)]
+mod tests {
+    /// Paths become their place in the project; anything that is not `path:line:name` stays.
+    #[test]
+    fn portable_sites_name_files_by_their_place_in_the_project() {
+        let p = super::portable_site;
+        assert_eq!(p("/home/lin/a2/cs336-basics/cs336_basics/model.py:39:forward"), "cs336_basics/model.py:39:forward");
+        assert_eq!(p(r"D:\Dev\a2\cs336_basics\model.py:54:forward"), "cs336_basics/model.py:54:forward");
+        assert_eq!(
+            p("/x/.venv/lib/python3.12/site-packages/torch/nn/modules/module.py:1790:_call_impl"),
+            "torch/nn/modules/module.py:1790:_call_impl"
+        );
+        assert_eq!(
+            p("allocated before recording; freed at /home/u/p/optimizer.py:73:step"),
+            "allocated before recording; freed at p/optimizer.py:73:step"
+        );
+        assert_eq!(p("backward: DivBackward0, aten::div_Tensor"), "backward: DivBackward0, aten::div_Tensor");
+        assert_eq!(p("train.py:12:main"), "train.py:12:main");
+        assert_eq!(p("a/b/c.py:1:f\n/d/e/f.py:2:g"), "b/c.py:1:f\ne/f.py:2:g");
+    }
 }

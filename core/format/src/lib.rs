@@ -14,6 +14,7 @@
 pub mod error;
 pub mod intern;
 pub mod model;
+mod prediction;
 mod profiler;
 mod read;
 pub mod units;
@@ -24,8 +25,9 @@ pub use error::{Bound, ErrorKind, ReadError, Warning};
 pub use intern::{StrId, Strings};
 pub use model::{
     Action, Annotation, Block, BlockState, DeviceInfo, Entry, Frame, FrameId, History, PoolId, Root, Segment, Snapshot,
-    StackId, Stacks, Trace, DEVICE_INFO_KEY, OUTSIDE_KEY, PROFILER_KEY, SPAN_FILE, WINDOW_KEY,
+    StackId, Stacks, Trace, DEVICE_INFO_KEY, OUTSIDE_KEY, PREDICTION_KEY, PROFILER_KEY, SPAN_FILE, WINDOW_KEY,
 };
+pub use prediction::PredictionInfo;
 pub use profiler::ProfilerInfo;
 pub use read::{read, Format, Limits, Loaded, Loader};
 pub use value::Value;

@@ -790,6 +790,10 @@ pub const SPAN_FILE: &str = "torch.profiler span";
 /// file was (`profiler::ProfilerInfo`). PyTorch's tools ignore it.
 pub const PROFILER_KEY: &str = "memscape_profiler";
 
+/// The top-level key under which a predicted snapshot says what it is (`memscape predict`,
+/// `prediction::PredictionInfo`). PyTorch's tools ignore it.
+pub const PREDICTION_KEY: &str = "memscape_prediction";
+
 /// The top-level key under which a slice says what it is a window of (`memscape slice`).
 /// PyTorch's tools ignore it.
 pub const WINDOW_KEY: &str = "memscape_window";
@@ -897,6 +901,12 @@ impl Snapshot {
     pub fn profiler_info(&self) -> Option<crate::profiler::ProfilerInfo> {
         let v = self.extras.iter().find(|(k, _)| self.str(*k) == PROFILER_KEY).map(|(_, v)| v)?;
         crate::profiler::ProfilerInfo::from_value(v)
+    }
+
+    /// What a predicted snapshot is (under [`PREDICTION_KEY`]); `None` for a recording.
+    pub fn prediction_info(&self) -> Option<crate::prediction::PredictionInfo> {
+        let v = self.extras.iter().find(|(k, _)| self.str(*k) == PREDICTION_KEY).map(|(_, v)| v)?;
+        crate::prediction::PredictionInfo::from_value(v)
     }
 
     /// The devices described under [`DEVICE_INFO_KEY`] (written by `memscape capture`); empty

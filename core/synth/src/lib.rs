@@ -27,7 +27,7 @@ use memscape_format::intern::{self, StrId};
 use memscape_format::model::{self, Action, Block, BlockState, Entry, FrameId, Segment, Snapshot, StackId, Trace};
 use memscape_format::value::Value;
 use memscape_replay::allocator::{self, round_large};
-use memscape_replay::simulate::{Event, Policy, Simulator};
+use memscape_replay::simulate::{Policy, Simulator};
 
 use training::{run_training, Names};
 
@@ -408,12 +408,7 @@ impl Allocator {
     /// Records what the simulator asked of the device, each for the request of `stack`.
     fn record_events(&mut self, stack: StackId, rng: &mut Rng) {
         for ev in self.sim.take_events() {
-            let (action, address, size) = match ev {
-                Event::SegmentAlloc { address, size } => (Action::SegmentAlloc, address, size),
-                Event::SegmentFree { address, size } => (Action::SegmentFree, address, size),
-                Event::SegmentMap { address, size } => (Action::SegmentMap, address, size),
-                Event::SegmentUnmap { address, size } => (Action::SegmentUnmap, address, size),
-            };
+            let (action, address, size) = ev.entry();
             if matches!(action, Action::SegmentAlloc | Action::SegmentMap) {
                 self.segment_stacks.entry(address).or_insert(stack);
             }

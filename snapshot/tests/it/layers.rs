@@ -10,7 +10,7 @@ const LAYERS: &[&[&str]] = &[
     &["memscape-format"],
     &["memscape-replay"],
     &["memscape-analysis"],
-    &["memscape-doctor", "memscape-compare", "memscape-synth"],
+    &["memscape-doctor", "memscape-compare", "memscape-synth", "memscape-predict"],
     &["snapshot"],
 ];
 

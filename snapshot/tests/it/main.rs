@@ -12,6 +12,7 @@ mod modern;
 mod overflow;
 mod persistent;
 mod pools;
+mod predict;
 mod profiler;
 mod python;
 mod ranks;

@@ -142,6 +142,8 @@ impl Builder<'_> {
                 crate::model::WINDOW_KEY => snap.extras.push((k, self.value(v, crate::model::WINDOW_KEY)?)),
                 // A profiler file's (`memscape convert`): what it was, read by `Snapshot::profiler_info`.
                 crate::model::PROFILER_KEY => snap.extras.push((k, self.value(v, crate::model::PROFILER_KEY)?)),
+                // `memscape predict`'s: what the prediction is, read by `Snapshot::prediction_info`.
+                crate::model::PREDICTION_KEY => snap.extras.push((k, self.value(v, crate::model::PREDICTION_KEY)?)),
                 _ => {
                     self.note_unknown("the snapshot", k);
                     let val = self.value(v, self.key(k))?;

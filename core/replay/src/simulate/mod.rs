@@ -187,6 +187,19 @@ pub enum Event {
     },
 }
 
+impl Event {
+    /// As a trace entry: its action, address and bytes.
+    pub fn entry(self) -> (crate::model::Action, u64, u64) {
+        use crate::model::Action;
+        match self {
+            Event::SegmentAlloc { address, size } => (Action::SegmentAlloc, address, size),
+            Event::SegmentFree { address, size } => (Action::SegmentFree, address, size),
+            Event::SegmentMap { address, size } => (Action::SegmentMap, address, size),
+            Event::SegmentUnmap { address, size } => (Action::SegmentUnmap, address, size),
+        }
+    }
+}
+
 /// Where the simulator put a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Placement {
