@@ -10,6 +10,8 @@ only by :func:`record`.
   no network, no server, nothing written to disk).
 - :func:`open` writes the offline page to a temporary file and opens it in the browser
   (``python -m memscape FILE`` does the same).
+- :func:`predict` runs a block of PyTorch code on the CPU as if on a GPU and writes the
+  snapshot it would record there (``memscape predict -- COMMAND`` does it for a program).
 - :func:`record` records PyTorch's allocator around a block of code and writes the snapshot
   when the block ends, or at an out-of-memory error before the exception propagates.
 - :func:`stats`, :func:`doctor`, :func:`diff` and :func:`check` return the JSON of
@@ -26,6 +28,7 @@ from __future__ import annotations
 from importlib import metadata as _metadata
 
 from ._cli import MemscapeError, Snapshot, binary, check, diff, doctor, skill, stats
+from ._predict import Prediction, predict
 from ._record import Recording, record
 from ._view import Viewer, open, page, show
 
@@ -37,6 +40,7 @@ except _metadata.PackageNotFoundError:  # imported from the source tree
 __all__ = [
     "MemscapeError",
     "Snapshot",
+    "Prediction",
     "Recording",
     "Viewer",
     "binary",
@@ -45,6 +49,7 @@ __all__ = [
     "doctor",
     "open",
     "page",
+    "predict",
     "record",
     "show",
     "skill",
