@@ -1,5 +1,6 @@
 //! The header (open files, one tab per file, help) and what opening says: progress bars
-//! with *Cancel*, the error of a file that failed, a notice about a link's saved view.
+//! with *Cancel*, the error of a file that failed, a notice about a link's saved view, the
+//! warning that a file was predicted (`memscape predict`), not recorded.
 
 use leptos::prelude::*;
 use snapshot::stats::format_size;
@@ -103,12 +104,33 @@ pub(crate) fn Loads() -> impl IntoView {
 }
 
 /// The error (until dismissed) and the notice: a message of the moment, else what the file
-/// shown was (a profiler file's, which belongs to its tab).
+/// shown was (a profiler file's, which belongs to its tab); and, for a file `memscape predict`
+/// made, a warning of its own that it was predicted, not recorded (its tab's too).
 #[component]
 pub(crate) fn Banners() -> impl IntoView {
     let m = expect_context::<Messages>();
     let docs = expect_context::<Docs>();
     let notice = move || m.notice.get().or_else(|| docs.profiler_notice());
+    // A memo of its own: the tabs change with every pan, the warning only with the tab shown.
+    // Text nodes only: the command and the reason it stopped are the file's.
+    let prediction = Memo::new(move |_| docs.prediction_notice());
+    let predicted = move || {
+        prediction.get().map(|p| {
+            view! {
+                <div id="predicted" class="predicted" data-testid="predicted-banner" role="note" title=p.title>
+                    <strong>"Predicted, not recorded:"</strong>
+                    " "
+                    <span class="predicted-line">{p.line}</span>
+                    {p.incomplete.map(|why| view! {
+                        " "
+                        <strong class="predicted-incomplete">"INCOMPLETE:"</strong>
+                        " "
+                        <span class="predicted-why">{why}</span>
+                    })}
+                </div>
+            }
+        })
+    };
     view! {
         <Show when=move || m.error.with(Option::is_some)>
             <div id="error" role="alert">
@@ -119,5 +141,6 @@ pub(crate) fn Banners() -> impl IntoView {
         <Show when=move || notice().is_some()>
             <div id="notice">{move || notice().unwrap_or_default()}</div>
         </Show>
+        {predicted}
     }
 }

@@ -34,6 +34,21 @@ impl Tab {
     }
 }
 
+/// A predicted file's warning (`Docs::prediction_notice`), as text: it holds the file's command
+/// and the reason it stopped, which are data.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct PredictionNotice {
+    /// After "Predicted, not recorded:": what it would record, on which GPU, with which torch.
+    pub(crate) line: String,
+    /// After "INCOMPLETE:", when the program did not get to its end: why.
+    pub(crate) incomplete: Option<String>,
+    /// The whole command and what the prediction assumed, a line each (the banner's tooltip).
+    pub(crate) title: String,
+}
+
+/// The most of a command the banner shows (the tooltip has all of it).
+const COMMAND_CHARS: usize = 100;
+
 /// The tabs and which one is shown.
 #[derive(Clone, Copy)]
 pub(crate) struct Docs {
@@ -88,6 +103,33 @@ impl Docs {
         self.tabs.with(|t| {
             let info = self.active.get().and_then(|id| t.iter().find(|t| t.info.doc == id)).map(|t| &t.info)?;
             info.summary.profiler.as_ref().map(|p| format!("Opened from {}.", p.describe()))
+        })
+    }
+
+    /// What the file shown is when `memscape predict` made it on a CPU rather than PyTorch
+    /// recording it on a GPU: the page's standing warning for its tab (tracked).
+    pub(crate) fn prediction_notice(self) -> Option<PredictionNotice> {
+        self.tabs.with(|t| {
+            let info = self.active.get().and_then(|id| t.iter().find(|t| t.info.doc == id)).map(|t| &t.info)?;
+            let p = info.summary.prediction.as_ref()?;
+            let command = p.command.join(" ");
+            let shown = if command.chars().count() > COMMAND_CHARS {
+                format!("{}…", command.chars().take(COMMAND_CHARS).collect::<String>())
+            } else {
+                command.clone()
+            };
+            let run = if shown.is_empty() { "the program".to_string() } else { format!("`{shown}`") };
+            let torch = if p.torch.is_empty() { String::new() } else { format!(" (torch {})", p.torch) };
+            let mut title = vec![format!("Command: {command}")];
+            title.extend(p.assumptions.iter().map(|a| format!("Assumed: {a}")));
+            Some(PredictionNotice {
+                line: format!("what {run} would record on {}{torch}, computed by memscape predict on a CPU.", p.gpu),
+                incomplete: p
+                    .incomplete
+                    .as_ref()
+                    .map(|why| format!("the program stopped ({why}), so this is what was predicted up to there.")),
+                title: title.join("\n"),
+            })
         })
     }
 

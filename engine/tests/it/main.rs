@@ -10,6 +10,7 @@ use snapshot::{frames, stats, Action, Snapshot};
 
 mod flame;
 mod modern;
+mod predicted;
 mod preview;
 mod profiler;
 mod ranks;
