@@ -117,10 +117,11 @@ def table(rows: List[Dict[str, Any]]) -> str:
         (pp, rp), (pr, rr), (pa, ra) = r["peak"], r["reserved"], r["allocations"]
         c = r["worst_category"]
         s = r["worst_site"]
+        cat = "every category equal" if c[1] == c[2] else f"{c[0]}: {mib(c[2])} / {mib(c[1])}"
         out.append(
             f"| {r['name']} (`{r['recording']}`) | {mib(pp)} / {mib(rp)} ({off(pp, rp):+.2%}) | "
             f"{mib(pr)} / {mib(rr)} ({off(pr, rr):+.2%}) | {pa} / {ra} ({off(pa, ra):+.2%}) | "
-            f"{c[0]}: {mib(c[2])} / {mib(c[1])} | {mib(abs(s[1]))} ({abs(s[1]) / rp:.2%} of the peak) | {r['seconds']} s |")
+            f"{cat} | {mib(abs(s[1]))} ({abs(s[1]) / rp:.2%} of the peak) | {r['seconds']} s |")
     return "\n".join(out)
 
 

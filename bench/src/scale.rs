@@ -186,6 +186,33 @@ impl Input {
 /// The snapshot with the worst annotations for pairing them: the recorded ones without
 /// their ENDs, and at every 8th trace entry a START that never ends and an END of a span that
 /// never started (so every END searches all the open spans, and every span stays open).
+/// The snapshot `memscape predict` would make of a program asking for `snap`'s allocations.
+fn predicted(snap: &Snapshot) -> Snapshot {
+    use snapshot::predict::{PredictionInfo, Predictor};
+    let Ok(mut p) = Predictor::new(PredictionInfo::default(), "") else { return Snapshot::default() };
+    drop(p.stack(&[]));
+    p.history(true, usize::MAX);
+    let t = snap.trace(0);
+    let mut ids: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
+    for k in 0..t.len() {
+        match t.action(k) {
+            snapshot::Action::Alloc => {
+                let id = k as u64 + 1;
+                if p.alloc(id, t.size(k), 0, 0, k as i64).is_ok() {
+                    ids.insert(t.addr(k), id);
+                }
+            }
+            snapshot::Action::FreeCompleted => {
+                if let Some(id) = ids.remove(&t.addr(k)) {
+                    drop(p.free(id, None, k as i64));
+                }
+            }
+            _ => {}
+        }
+    }
+    p.snapshot()
+}
+
 fn unended(snap: &Snapshot) -> Snapshot {
     let mut s = snap.clone();
     let (start, end) = (s.strings.intern("START"), s.strings.intern("END"));
@@ -584,6 +611,12 @@ fn checks() -> Vec<(String, Sample)> {
         }),
     );
     put("stats summary", Box::new(|i| per_call(|| drop(black_box(stats::summary(&i.snap))))));
+    // `memscape predict`'s server: each request and free of a recording placed by the
+    // simulated allocator as a program's would be, then the snapshot made once.
+    put(
+        "predict: the trace's requests placed, then its snapshot",
+        Box::new(|i| per_call(|| drop(black_box(predicted(&i.snap))))),
+    );
     put(
         "allocator replay (the simulator against the recording)",
         Box::new(|i| per_call(|| drop(black_box(snapshot::simulate::replay(&i.snap, 0))))),
