@@ -22,6 +22,7 @@ import argparse
 import gc
 import gzip
 import json
+import os
 import platform
 import shutil
 import subprocess
@@ -307,8 +308,11 @@ def gib(b: float) -> str:
 
 def table(results: dict) -> str:
     v = results["versions"]
+    where = (f"Predicted by execution on a CPU (`memscape predict --gpu ... -- python python/whatif_check.py`: "
+             f"'measured' is the executed prediction) for {v.get('gpu', '?')}"
+             if os.environ.get("MEMSCAPE_PREDICTING") else f"Measured on {v.get('gpu', '?')} (driver {v.get('driver', '?')})")
     lines = [
-        f"Measured on {v.get('gpu', '?')} (driver {v.get('driver', '?')}), PyTorch {v['torch']} (CUDA {v['cuda']}), "
+        f"{where}, PyTorch {v['torch']} (CUDA {v['cuda']}), "
         f"Python {v['python']}, {v['memscape']}; `python/whatif-check`, {results['date']}.",
         "",
         "| model | change | baseline | predicted | measured | error |",

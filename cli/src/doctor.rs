@@ -8,8 +8,9 @@ use crate::input::{load, read_rules};
 
 #[derive(clap::Args)]
 pub(crate) struct Args {
-    /// A snapshot in any form `stats` reads.
-    file: PathBuf,
+    /// A snapshot in any form `stats` reads (with --verify, none: the program after --).
+    #[arg(required_unless_present = "verify")]
+    file: Option<PathBuf>,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -19,11 +20,31 @@ pub(crate) struct Args {
     /// Category rules, as for `stats`.
     #[arg(long)]
     rules: Option<PathBuf>,
+    /// Execute the what-ifs: run the program after -- under `memscape predict` as it is and
+    /// with each change the doctor proposes that can be made from outside it (checkpointing,
+    /// bf16 activations, SGD with momentum, zero_grad before the forward pass), and print
+    /// each change's peak by the doctor's arithmetic beside its peak by execution.
+    #[arg(long, conflicts_with_all = ["file", "device"])]
+    verify: bool,
+    /// With --verify: the GPU to predict for, as for `memscape predict`.
+    #[arg(long, requires = "verify")]
+    gpu: Option<String>,
+    /// With --verify: the program, after `--`.
+    #[arg(last = true, requires = "verify")]
+    command: Vec<std::ffi::OsString>,
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
-    let Args { file, json, device, rules } = args;
+    let Args { file, json, device, rules, verify, gpu, command } = args;
     let rules = read_rules(rules.as_deref())?;
+    if verify {
+        return crate::verify::run(
+            &crate::predict::Launch { gpu, gpu_memory: None, command, quiet: true },
+            &rules,
+            json,
+        );
+    }
+    let Some(file) = file else { anyhow::bail!("name a snapshot, or --verify -- COMMAND") };
     let loaded = load(&file)?;
     for w in &loaded.warnings {
         eprintln!("memscape: {}: warning: {w}", file.display());

@@ -22,6 +22,7 @@ mod skill;
 mod slice;
 mod stats;
 mod synth;
+mod verify;
 mod write;
 
 #[derive(Parser)]

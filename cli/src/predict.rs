@@ -24,7 +24,7 @@
 
 use std::ffi::OsString;
 use std::io::{BufRead, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 use anyhow::{bail, Context as _};
@@ -59,9 +59,6 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         serve(&info)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let Some((program, rest)) = args.command.split_first() else {
-        bail!("name the program to predict after --: memscape predict -- python train.py");
-    };
     if let Some(out) = &args.out {
         if out.exists() {
             bail!(
@@ -70,29 +67,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
             );
         }
     }
-    let boot = tempfile_dir()?;
-    std::fs::write(boot.join("sitecustomize.py"), SITECUSTOMIZE).context("cannot write sitecustomize.py")?;
-    let mut pythonpath = OsString::from(boot.as_os_str());
-    if let Some(old) = std::env::var_os("PYTHONPATH").filter(|p| !p.is_empty()) {
-        pythonpath.push(":");
-        pythonpath.push(old);
-    }
-    let exe = std::env::current_exe().context("cannot find the memscape program itself")?;
+    let launch = Launch { gpu: args.gpu, gpu_memory: args.gpu_memory, command: args.command, quiet: false };
     let out = args.out.as_ref().map(std::path::absolute).transpose()?;
-    let conf = json!({
-        "gpu": args.gpu,
-        "gpu_memory": args.gpu_memory,
-        "out": out,
-        "exe": exe,
-    });
-    let status = Command::new(program)
-        .args(rest)
-        .env("PYTHONPATH", pythonpath)
-        .env("MEMSCAPE_PREDICT", conf.to_string())
-        .status()
-        .with_context(|| format!("cannot run {}", program.to_string_lossy()));
-    std::fs::remove_dir_all(&boot).ok();
-    let status = status?;
+    let status = launch.run(out.as_deref(), None)?;
     if let Some(out) = &out {
         match std::fs::read(out) {
             Ok(bytes) => summarize(out, &bytes)?,
@@ -104,6 +81,48 @@ pub(crate) fn run(args: Args) -> anyhow::Result<ExitCode> {
         Some(c) => ExitCode::from(u8::try_from(c).unwrap_or(1)),
         None => ExitCode::from(1),
     })
+}
+
+/// A program to run under prediction, and the GPU it is predicted for.
+pub(crate) struct Launch {
+    pub(crate) gpu: Option<String>,
+    pub(crate) gpu_memory: Option<u64>,
+    pub(crate) command: Vec<OsString>,
+    /// The program's standard output goes to standard error.
+    pub(crate) quiet: bool,
+}
+
+impl Launch {
+    /// Runs the program under prediction, the whole run recorded into `out` (if any), with
+    /// the doctor's what-if `what_if` made to it (`memscape doctor --verify`).
+    pub(crate) fn run(&self, out: Option<&Path>, what_if: Option<&str>) -> anyhow::Result<std::process::ExitStatus> {
+        let Some((program, rest)) = self.command.split_first() else {
+            bail!("name the program to predict after --: memscape predict -- python train.py");
+        };
+        let boot = tempfile_dir()?;
+        std::fs::write(boot.join("sitecustomize.py"), SITECUSTOMIZE).context("cannot write sitecustomize.py")?;
+        let mut pythonpath = OsString::from(boot.as_os_str());
+        if let Some(old) = std::env::var_os("PYTHONPATH").filter(|p| !p.is_empty()) {
+            pythonpath.push(":");
+            pythonpath.push(old);
+        }
+        let exe = std::env::current_exe().context("cannot find the memscape program itself")?;
+        let conf = json!({
+            "gpu": self.gpu,
+            "gpu_memory": self.gpu_memory,
+            "out": out,
+            "exe": exe,
+            "what_if": what_if,
+        });
+        let mut cmd = Command::new(program);
+        cmd.args(rest).env("PYTHONPATH", pythonpath).env("MEMSCAPE_PREDICT", conf.to_string());
+        if self.quiet {
+            cmd.stdout(std::process::Stdio::from(std::io::stderr()));
+        }
+        let status = cmd.status().with_context(|| format!("cannot run {}", program.to_string_lossy()));
+        std::fs::remove_dir_all(&boot).ok();
+        status
+    }
 }
 
 /// The `sitecustomize.py` the program's Python runs first. Any failure to start the predictor
@@ -118,7 +137,7 @@ except BaseException as e:  # noqa: BLE001
     os._exit(97)
 "#;
 
-fn tempfile_dir() -> anyhow::Result<PathBuf> {
+pub(crate) fn tempfile_dir() -> anyhow::Result<PathBuf> {
     let base = std::env::temp_dir();
     for n in 0..1000u32 {
         let d = base.join(format!("memscape-predict-{}-{n}", std::process::id()));

@@ -522,6 +522,8 @@ def install(session: Any) -> Tuple[Patches, List[Any]]:
     for name, fn in memory.items():
         both(name, fn)
     p.set(cuda, "is_current_stream_capturing", _own(lambda: False))
+    # `torch._C._cuda_attach_out_of_memory_observer`: called before a predicted OOM raises.
+    p.set(torch._C, "_cuda_attach_out_of_memory_observer", _own(lambda fn: session.observers.append(fn)))
     acc = getattr(torch, "accelerator", None)
     if acc is not None:
         accel: Dict[str, Callable[..., Any]] = {

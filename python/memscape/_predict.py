@@ -93,6 +93,7 @@ class Session:
         self.r = self.proc.stdout
         self.limit = limit
         self.outbox: List[bytes] = []
+        self.observers: List[Any] = []
         self.flushing = False
         self.tracker: Any = None
         self.n_frames = 0
@@ -165,6 +166,9 @@ class Session:
         if "oom" in answer:
             import torch
 
+            f = self.figures()
+            for observer in self.observers:  # as PyTorch calls them, before it raises
+                observer(0, size, f["allocated"], f["device_free"])
             raise torch.OutOfMemoryError(answer["oom"])
 
     def free(self, i: int) -> None:
@@ -354,9 +358,16 @@ def _boot() -> None:
     """``memscape predict -- COMMAND``'s ``sitecustomize``: predicts this whole process as
     ``$MEMSCAPE_PREDICT`` says."""
     conf = json.loads(os.environ.pop("MEMSCAPE_PREDICT"))
+    # What the program (and what it starts) may read to know it runs under prediction.
+    os.environ["MEMSCAPE_PREDICTING"] = "1"
     gpu = gpu_named(conf.get("gpu"), conf.get("gpu_memory"))
     session = Session(gpu, conf.get("gpu_memory") is not None, list(sys.argv), conf.get("exe"))
     session.start()
+    if conf.get("what_if"):
+        from . import _whatif
+
+        _whatif.install(conf["what_if"])
+        session.assume(f"the doctor's what-if {conf['what_if']} was made to the program as it ran (memscape doctor --verify)")
     if conf.get("out"):
         session.history("all")
     failure: List[str] = []

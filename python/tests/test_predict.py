@@ -146,6 +146,24 @@ class PredictTest(unittest.TestCase):
 
         self.assertEqual(sorted(_autocast._CUDA), _autocast.registered("AutocastCUDA"))
 
+    def test_doctor_verify_executes_the_what_ifs_it_can_make(self) -> None:
+        """`memscape doctor --verify`: the changes `_whatif` can make run, each with a peak;
+        checkpointing a stack of blocks lowers it; the others are said not executed."""
+        from memscape import _whatif
+
+        cmd = [str(binary()), "doctor", "--verify", "--json", "--", sys.executable, str(MODELS / "llama.py"),
+               "--size", "tiny", "--seq", "256", "--steps", "2", "--out", str(self.dir / "own.pickle")]
+        env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
+        p = subprocess.run(cmd, cwd=self.dir, env=env, capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        v = json.loads(p.stdout)
+        rows = {r["key"]: r for r in v["rows"]}
+        executed = sorted(k for k, r in rows.items() if r["by_execution"] is not None)
+        self.assertEqual(executed, sorted(_whatif.EXECUTABLE))
+        self.assertLess(rows["checkpointing"]["by_execution"], v["baseline_peak_bytes"])
+        self.assertLess(rows["optimizer:sgd_momentum"]["by_execution"], v["baseline_peak_bytes"])
+        self.assertIn("not executed", rows["batch:x2"]["note"])
+
     def test_python_dash_m_memscape_predict_runs_the_command(self) -> None:
         out = self.dir / "m.pickle"
         code = "import torch; torch.cuda.memory._record_memory_history(); x = torch.zeros(1000, device='cuda')"
@@ -156,6 +174,27 @@ class PredictTest(unittest.TestCase):
         self.assertIn("peak allocated", p.stderr)
         sizes = [e["size"] for e in load(out)["device_traces"][0] if e["action"] == "alloc"]
         self.assertEqual(sizes, [4000])
+
+    def test_memscape_record_under_prediction_dumps_at_the_predicted_oom(self) -> None:
+        """`memscape.record` attaches PyTorch's out-of-memory observer; under prediction the
+        observer is called before the predicted error raises, as PyTorch calls it."""
+        script = self.dir / "rec.py"
+        script.write_text(textwrap.dedent("""\
+            import memscape, torch
+            keep = []
+            try:
+                with memscape.record("rec.pickle"):
+                    for i in range(100):
+                        keep.append(torch.empty(512 * 2**20, dtype=torch.uint8, device="cuda"))
+            except torch.OutOfMemoryError:
+                print("raised")
+            """))
+        p = run_predict(["--gpu-memory", "4GiB", "--", sys.executable, str(script)], self.dir)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("raised", p.stdout)
+        trace = load(self.dir / "rec.pickle")["device_traces"][0]
+        self.assertEqual(trace[-1]["action"], "oom")
+        self.assertEqual(sum(1 for e in trace if e["action"] == "alloc"), 7)
 
     def test_the_context_manager_predicts_a_block_in_this_process(self) -> None:
         import torch

@@ -118,3 +118,14 @@ fn predict_refuses_no_program_and_an_existing_output() {
     assert_eq!(std::fs::read(&file).unwrap(), b"keep me");
     std::fs::remove_file(&file).ok();
 }
+
+/// `doctor --verify` needs the program; plain `doctor` needs a file.
+#[test]
+fn doctor_verify_needs_a_program_and_doctor_a_file() {
+    let out = memscape(&["doctor", "--verify"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("name the program to predict after --"));
+    let out = memscape(&["doctor"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("<FILE>"), "{}", String::from_utf8_lossy(&out.stderr));
+}
