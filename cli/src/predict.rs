@@ -17,7 +17,7 @@
 //! | `{"annotation":"START"\|"END","name":...,"t":µs}` | none |
 //! | `{"history":bool,"max_entries":n}` | none |
 //! | `{"query":1}` | the figures (`allocated`, `peak_reserved`, ...) |
-//! | `{"reset_peak":1}`, `{"empty_cache":1}` | none |
+//! | `{"reset_peak":1}`, `{"empty_cache":1}`, `{"fraction":f}` (then a limit) | none |
 //! | `{"assume":text}`, `{"incomplete":why}` | none |
 //! | `{"dump":path}` | `{"ok":1}` or `{"error":message}` |
 //! | `{"end":1}` | none; the server ends |
@@ -242,6 +242,8 @@ fn handle(p: &mut Predictor, m: &Value) -> Result<Option<Value>, String> {
         p.reset_peak();
     } else if m.get("empty_cache").is_some() {
         p.empty_cache(t);
+    } else if let Some(f) = m.get("fraction").and_then(Value::as_f64) {
+        p.set_fraction(f)?;
     } else if let Some(a) = m.get("assume").and_then(Value::as_str) {
         p.assume(a);
     } else if let Some(why) = m.get("incomplete").and_then(Value::as_str) {

@@ -201,7 +201,9 @@ class Session:
         self._send({"empty_cache": 1})
 
     def set_fraction(self, fraction: float) -> None:
+        """``set_per_process_memory_fraction``: a limit from now on (each allocation answered)."""
         self._send({"fraction": fraction})
+        self.limit = True
 
     def memory_stats(self) -> Dict[str, Any]:
         f = self.figures()

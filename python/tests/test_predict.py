@@ -175,6 +175,25 @@ class PredictTest(unittest.TestCase):
         sizes = [e["size"] for e in load(out)["device_traces"][0] if e["action"] == "alloc"]
         self.assertEqual(sizes, [4000])
 
+    def test_a_memory_fraction_is_a_limit_as_on_the_gpu(self) -> None:
+        script = self.dir / "fraction.py"
+        script.write_text(textwrap.dedent("""\
+            import torch
+            torch.cuda.set_per_process_memory_fraction(0.25)
+            total = torch.cuda.get_device_properties(0).total_memory
+            try:
+                x = torch.empty(total // 2, dtype=torch.uint8, device="cuda")
+                print("allocated")
+            except torch.OutOfMemoryError:
+                print("refused")
+            y = torch.empty(total // 8, dtype=torch.uint8, device="cuda")
+            print("then allocated", y.numel())
+            """))
+        p = run_predict(["--gpu", "l4", "--", sys.executable, str(script)], self.dir)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("refused", p.stdout)
+        self.assertIn("then allocated", p.stdout)
+
     def test_memscape_record_under_prediction_dumps_at_the_predicted_oom(self) -> None:
         """`memscape.record` attaches PyTorch's out-of-memory observer; under prediction the
         observer is called before the predicted error raises, as PyTorch calls it."""

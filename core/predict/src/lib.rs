@@ -261,9 +261,20 @@ impl Predictor {
         }
     }
 
-    /// Whether allocations beyond the GPU's memory fail (`--gpu-memory`).
+    /// Whether allocations beyond the GPU's memory fail (`--gpu-memory`, or a fraction set).
     pub fn limited(&self) -> bool {
         self.info.limited
+    }
+
+    /// `torch.cuda.set_per_process_memory_fraction(fraction)`: from now on the allocator may
+    /// reserve at most that share of the GPU's memory, and allocations past it fail.
+    pub fn set_fraction(&mut self, fraction: f64) -> Result<(), Refusal> {
+        if !(0.0..=1.0).contains(&fraction) {
+            return Err(format!("invalid fraction: {fraction}. Please set within [0, 1]."));
+        }
+        self.info.limited = true;
+        self.sim.set_capacity(Some((self.info.memory_bytes as f64 * fraction) as u64));
+        Ok(())
     }
 
     /// The figures now.

@@ -124,6 +124,20 @@ fn past_the_memory_limit_an_allocation_fails_as_pytorch_fails() {
     assert_eq!(report.ooms[0].requested_bytes, 400 * MIB);
 }
 
+/// `set_per_process_memory_fraction`: a limit from then on, at that share of the GPU.
+#[test]
+fn a_memory_fraction_limits_what_may_be_reserved() {
+    let mut p = predictor(None);
+    p.alloc(1, 30 << 30, 0, 1, 1).unwrap();
+    assert!(!p.limited());
+    p.set_fraction(0.5).unwrap();
+    assert!(p.limited());
+    let err = p.alloc(2, 20 << 30, 0, 1, 2).unwrap_err();
+    assert!(err.starts_with("CUDA out of memory. Tried to allocate 20.00 GiB."), "{err}");
+    p.alloc(3, 5 << 30, 0, 1, 3).unwrap();
+    assert!(p.set_fraction(1.5).is_err());
+}
+
 /// The snapshot reads back, through PyTorch's pickle format, as a prediction with the same
 /// figures: the peak the program was told is the recorded timeline's.
 #[test]

@@ -293,6 +293,12 @@ impl Simulator {
         &self.policy
     }
 
+    /// Sets the bytes this process may reserve from now on (`set_per_process_memory_fraction`;
+    /// `None`: no limit). What is reserved already stays.
+    pub fn set_capacity(&mut self, capacity: Option<u64>) {
+        self.policy.capacity = capacity;
+    }
+
     /// Bytes reserved from the device.
     pub fn reserved(&self) -> u64 {
         self.reserved
