@@ -18,8 +18,7 @@ use memscape_format::model::{
 };
 use memscape_format::value::Value;
 pub use memscape_format::PredictionInfo;
-use memscape_replay::allocator::round_large;
-use memscape_replay::simulate::{Policy, Simulator};
+use memscape_replay::simulate::{place_after, Policy, Simulator};
 use rustc_hash::FxHashMap;
 
 /// The bytes of the GPU a CUDA context and PyTorch's kernels take before any tensor (outside
@@ -72,6 +71,8 @@ pub struct Predictor {
     /// Frames, stacks and strings of the snapshot being made (its segments and trace are
     /// made by [`Predictor::snapshot`]).
     snap: Snapshot,
+    /// The stack without frames (interned once).
+    empty: StackId,
     frames: Vec<FrameId>,
     stacks: Vec<StackId>,
     sim: Simulator,
@@ -104,9 +105,12 @@ impl Predictor {
             "the CUDA context and kernels take {} of the GPU outside PyTorch's allocator",
             format_gib(CONTEXT_BYTES)
         ));
+        let mut snap = Snapshot::default();
+        let empty = snap.add_stack(&[]);
         Ok(Predictor {
             info,
-            snap: Snapshot::default(),
+            snap,
+            empty,
             frames: Vec::new(),
             stacks: Vec::new(),
             sim: Simulator::with_policy(policy.clone()),
@@ -158,12 +162,7 @@ impl Predictor {
             return Err(format!("allocation {id} is already alive"));
         }
         self.time_us = time_us;
-        let next = &mut self.next_address;
-        let placed = self.sim.malloc(size, stream, None, |seg| {
-            let a = *next;
-            *next = next.saturating_add(round_large(seg));
-            a
-        });
+        let placed = self.sim.malloc(size, stream, None, place_after(&mut self.next_address));
         self.record_device(stack, stream);
         let p = match placed {
             Ok(p) => p,
@@ -214,8 +213,7 @@ impl Predictor {
     pub fn empty_cache(&mut self, time_us: i64) {
         self.time_us = time_us;
         self.sim.empty_cache();
-        let empty = self.snap.add_stack(&[]);
-        self.record_device_at(empty, 0);
+        self.record_device_at(self.empty, 0);
     }
 
     /// A `record_function` span starts (`START`) or ends (`END`), as PyTorch's recorder keeps it.
@@ -292,7 +290,7 @@ impl Predictor {
         }
         let mut e = Entry::new(action, address, size, stream);
         e.time_us = Some(self.time_us);
-        e.frames = Some(stack.unwrap_or_else(|| self.snap.add_stack(&[])));
+        e.frames = Some(stack.unwrap_or(self.empty));
         self.trace.push(&e);
     }
 
@@ -344,7 +342,7 @@ impl Predictor {
     /// settings, and what the prediction is.
     pub fn snapshot(&self) -> Snapshot {
         let mut snap = self.snap.clone();
-        let empty = snap.add_stack(&[]);
+        let empty = self.empty;
         let by_address: FxHashMap<u64, &Held> = self.held.values().map(|h| (h.address, h)).collect();
         let (small, large) = (snap.strings.intern("small"), snap.strings.intern("large"));
         snap.segments = self

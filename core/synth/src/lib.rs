@@ -26,8 +26,8 @@ use memscape_analysis::categories::{self, Category, N};
 use memscape_format::intern::{self, StrId};
 use memscape_format::model::{self, Action, Block, BlockState, Entry, FrameId, Segment, Snapshot, StackId, Trace};
 use memscape_format::value::Value;
-use memscape_replay::allocator::{self, round_large};
-use memscape_replay::simulate::{Policy, Simulator};
+use memscape_replay::allocator;
+use memscape_replay::simulate::{place_after, Policy, Simulator};
 
 use training::{run_training, Names};
 
@@ -457,12 +457,7 @@ impl Allocator {
     }
 
     fn malloc(&mut self, requested: u64, stack: StackId, cat: Category, rng: &mut Rng) -> Option<u64> {
-        let next = &mut self.next_addr;
-        let placed = self.sim.malloc(requested, STREAM, None, |size| {
-            let a = *next;
-            *next += round_large(size);
-            a
-        });
+        let placed = self.sim.malloc(requested, STREAM, None, place_after(&mut self.next_addr));
         self.record_events(stack, rng);
         let p = match placed {
             Ok(p) => p,
@@ -472,11 +467,7 @@ impl Allocator {
             }
         };
         if let Some((s, map, next)) = &mut self.shadow {
-            let placed = s.malloc(requested, STREAM, None, |size| {
-                let a = *next;
-                *next += round_large(size);
-                a
-            });
+            let placed = s.malloc(requested, STREAM, None, place_after(next));
             if let Ok(q) = placed {
                 map.insert(p.address, q.address);
             }

@@ -200,6 +200,17 @@ impl Event {
     }
 }
 
+/// The placement a program's own simulation gives `Simulator::malloc`: each new segment at
+/// `*next`, which then moves past it, rounded to 2 MiB as the driver's addresses are (the
+/// generator and the predictor place segments so).
+pub fn place_after(next: &mut u64) -> impl FnMut(u64) -> u64 + '_ {
+    move |size| {
+        let a = *next;
+        *next = next.saturating_add(allocator::round_large(size));
+        a
+    }
+}
+
 /// Where the simulator put a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Placement {
