@@ -222,6 +222,26 @@ export async function openExample(example = 'cs336-fullstep.pickle', options = {
   return { url: srv.url, page, requests, consoleErrors, close: async () => { await ctx.close(); await srv.close(); } };
 }
 
+/** Chooses `path` in the file input of `view` (from `openExample`) and waits until its tab,
+ * `name`, is in front and its first picture drawn; a file the page cannot take fails with the
+ * error it shows or logs, not by waiting out the time. */
+export async function openFileDrawn(view, path, name) {
+  const { page } = view;
+  const n = await marks(page, 'first-draw-at');
+  await page.setInputFiles('#file-input', path);
+  await tabShown(page, name).catch(async e => {
+    const error = await page.locator('#error').count() ? await page.locator('#error .error-text').textContent() : '';
+    throw new Error(`${name} did not open: ${error} ${view.consoleErrors.join('; ')} (${e.message})`);
+  });
+  await page.waitForFunction(n => (window.memscapeTimings || []).filter(x => x[0] === 'first-draw-at').length > n, n, { timeout: 60000 });
+  await painted(page);
+}
+
+/** `memscape stats --json` of `path` (the debug build the tests run). */
+export function statsJson(path) {
+  return JSON.parse(execFileSync(MEMSCAPE, ['stats', '--json', path], { maxBuffer: 1 << 26, stdio: ['ignore', 'pipe', 'pipe'] }).toString());
+}
+
 /** RSS (bytes) of every process under this one: the browser and its renderers and workers. */
 export function treeRss() {
   const rows = execFileSync('ps', ['-eo', 'pid=,ppid=,rss=']).toString().trim().split('\n').map(l => l.trim().split(/\s+/).map(Number));

@@ -1,16 +1,19 @@
 """``memscape predict`` against real recordings: the public programs behind corpus snapshots
-(testdata/predict/cases.json, testdata/predict/README.md) run unchanged under prediction on
+(testdata/predict/cases.json, testdata/predict/SOURCES.md) run unchanged under prediction on
 this machine's CPU, and each prediction compared with the recording the program made on a
 GPU: peak allocated, peak reserved, allocations, bytes per category at the peak, and every
 call site alive at the peak.
 
-    python3 python/predict_check.py --python PYTHON [--memscape BIN] [--cases a,b] [--table FILE]
+    python3 python/predict_check.py --python PYTHON [--memscape BIN] [--cases a,b] [--all]
+                                    [--memtracker] [--table FILE]
 
 PYTHON is a Python with torch (and the programs' imports: einops, einx, jaxtyping, pandas;
 python/requirements-predict.txt). Prints a Markdown table (the one docs/predict.md holds) and
 exits 1 when a figure is off by more than the acceptance allows: peak allocated 2%, peak
 reserved 5%, allocations 5%, a category at the peak 5% (or 0.1% of the peak for small ones),
-a call site at the peak 5% of the peak.
+a call site at the peak 5% of the peak. Cases marked "slow" run only with --all or --cases.
+With --memtracker each program also runs once more under PyTorch's own MemTracker
+(python/memtracker_run.py, under prediction), whose peak goes into the table beside ours.
 """
 
 from __future__ import annotations
@@ -57,20 +60,36 @@ def off(predicted: int, recorded: int) -> float:
     return (predicted - recorded) / recorded if recorded else 0.0
 
 
-def run_case(case: Dict[str, Any], python: str, exe: str, work: Path) -> Dict[str, Any]:
-    """Runs one program under prediction in a copy of its tree; compares with its recording."""
-    tree = work / case["name"]
+def predict(case: Dict[str, Any], python: str, exe: str, tree: Path, prefix: List[str]) -> float:
+    """Runs the case's program under prediction in a fresh copy of its tree; returns seconds."""
+    if tree.exists():
+        shutil.rmtree(tree)
     shutil.copytree(DATA / case["tree"], tree)
     for d in case["mkdir"]:
         (tree / d).mkdir(parents=True, exist_ok=True)
     paths = [str(ROOT / "python")] + [str(DATA / p) for p in case["paths"]]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths), PYTHONUNBUFFERED="1")
     started = time.monotonic()
-    proc = subprocess.run([exe, "predict", "--gpu", case["gpu"], "--", python, *case["argv"]],
+    proc = subprocess.run([exe, "predict", "--gpu", case["gpu"], "--", python, *prefix, *case["argv"]],
                           cwd=tree / case["cwd"], env=env, capture_output=True, text=True)
     seconds = time.monotonic() - started
     if proc.returncode != 0:
         raise RuntimeError(f"{case['name']}: the program failed under prediction:\n{proc.stdout}\n{proc.stderr}")
+    return seconds
+
+
+def memtracker_peak(case: Dict[str, Any], python: str, exe: str, work: Path) -> int:
+    """PyTorch's MemTracker's peak (all devices) for the case's program, run under prediction."""
+    out = work / f"{case['name']}.memtracker.json"
+    predict(case, python, exe, work / f"{case['name']}-memtracker", [str(ROOT / "python" / "memtracker_run.py"), str(out)])
+    peak = json.loads(out.read_text())
+    return sum(snap.get("Total", 0) for snap in peak.values())
+
+
+def run_case(case: Dict[str, Any], python: str, exe: str, work: Path) -> Dict[str, Any]:
+    """Runs one program under prediction in a copy of its tree; compares with its recording."""
+    tree = work / case["name"]
+    seconds = predict(case, python, exe, tree, [])
     predicted = tree / case["snapshot"]
     recording = corpus() / case["recording"]
     if not recording.is_file():
@@ -91,6 +110,7 @@ def run_case(case: Dict[str, Any], python: str, exe: str, work: Path) -> Dict[st
         "categories": cats,
         "worst_category": worst_cat,
         "worst_site": (worst_site["site"], worst_site["b"] - worst_site["a"]),
+        "memtracker": None,
     }
     failures = []
     for key, i in (("peak", 0), ("reserved", 1), ("allocations", 2)):
@@ -111,8 +131,9 @@ def mib(n: int) -> str:
 
 def table(rows: List[Dict[str, Any]]) -> str:
     out = ["| program (recording) | peak allocated: predicted / recorded | peak reserved | allocations | "
-           "largest category error at the peak | largest call-site error at the peak | time (2 cores) |",
-           "| --- | --- | --- | --- | --- | --- | --- |"]
+           "largest category error at the peak | largest call-site error at the peak | time (2 cores) |"
+           + (" PyTorch's MemTracker peak (tensor bytes) |" if any(r["memtracker"] is not None for r in rows) else ""),
+           "| --- | --- | --- | --- | --- | --- | --- |" + (" --- |" if any(r["memtracker"] is not None for r in rows) else "")]
     for r in rows:
         (pp, rp), (pr, rr), (pa, ra) = r["peak"], r["reserved"], r["allocations"]
         c = r["worst_category"]
@@ -121,7 +142,8 @@ def table(rows: List[Dict[str, Any]]) -> str:
         out.append(
             f"| {r['name']} (`{r['recording']}`) | {mib(pp)} / {mib(rp)} ({off(pp, rp):+.2%}) | "
             f"{mib(pr)} / {mib(rr)} ({off(pr, rr):+.2%}) | {pa} / {ra} ({off(pa, ra):+.2%}) | "
-            f"{cat} | {mib(abs(s[1]))} ({abs(s[1]) / rp:.2%} of the peak) | {r['seconds']} s |")
+            f"{cat} | {mib(abs(s[1]))} ({abs(s[1]) / rp:.2%} of the peak) | {r['seconds']} s |"
+            + (f" {mib(r['memtracker'])} ({off(r['memtracker'], rp):+.2%}) |" if r["memtracker"] is not None else ""))
     return "\n".join(out)
 
 
@@ -130,16 +152,24 @@ def main() -> int:
     ap.add_argument("--python", required=True, help="a Python with torch and the programs' imports")
     ap.add_argument("--memscape", default=os.environ.get("MEMSCAPE_BIN", str(ROOT / "target" / "debug" / "memscape")))
     ap.add_argument("--cases", help="comma-separated names (default: all)")
+    ap.add_argument("--all", action="store_true", help="also the cases marked slow")
+    ap.add_argument("--memtracker", action="store_true", help="also PyTorch's MemTracker's peak for each program")
     ap.add_argument("--table", help="also write the Markdown table here")
     args = ap.parse_args()
+    if os.sep in args.memscape:
+        args.memscape = str(Path(args.memscape).resolve())  # the programs run in other folders
     cases = json.loads((DATA / "cases.json").read_text())
     if args.cases:
         wanted = set(args.cases.split(","))
         cases = [c for c in cases if c["name"] in wanted]
+    elif not args.all:
+        cases = [c for c in cases if not c.get("slow")]
     rows = []
     with tempfile.TemporaryDirectory(prefix="memscape-predict-check-") as work:
         for case in cases:
             row = run_case(case, args.python, args.memscape, Path(work))
+            if args.memtracker:
+                row["memtracker"] = memtracker_peak(case, args.python, args.memscape, Path(work))
             rows.append(row)
             status = "ok" if not row["failures"] else "FAIL " + "; ".join(row["failures"])
             print(f"{row['name']}: {status} ({row['seconds']} s)", flush=True)

@@ -10,7 +10,7 @@ import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { openExample, tabShown, painted, canvasWhen, marks, shot, needs, CORPUS, MEMSCAPE, ROOT } from '../harness.js';
+import { openExample, openFileDrawn, statsJson, tabShown, canvasWhen, shot, needs, CORPUS, ROOT } from '../harness.js';
 
 const EXAMPLE = 'cs336-fullstep.pickle';
 const MLP = join(ROOT, 'testdata', 'predict', 'mlp.pickle');
@@ -29,22 +29,8 @@ after(async () => {
   if (tmp) rmSync(tmp, { recursive: true, force: true });
 });
 
-/** `memscape stats --json` of `path`. */
-function statsJson(path) {
-  return JSON.parse(execFileSync(MEMSCAPE, ['stats', '--json', path], { maxBuffer: 1 << 26, stdio: ['ignore', 'pipe', 'pipe'] }).toString());
-}
-
 /** Opens `path` through the file input, once its tab is in front and its first picture drawn. */
-async function openFile(path, name) {
-  const n = await marks(page, 'first-draw-at');
-  await page.setInputFiles('#file-input', path);
-  await tabShown(page, name).catch(async e => {
-    const error = await page.locator('#error').count() ? await page.locator('#error .error-text').textContent() : '';
-    throw new Error(`${name} did not open: ${error} ${view.consoleErrors.join('; ')} (${e.message})`);
-  });
-  await page.waitForFunction(n => (window.memscapeTimings || []).filter(x => x[0] === 'first-draw-at').length > n, n, { timeout: 60000 });
-  await painted(page);
-}
+const openFile = (path, name) => openFileDrawn(view, path, name);
 
 /** Shows the tab `name` again. */
 async function showTab(name) {

@@ -9,7 +9,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
-import { openExample, tabShown, statsOf, painted, canvasWhen, hovered, marks, shot, MEMSCAPE, ROOT } from '../harness.js';
+import { openExample, openFileDrawn, statsJson, tabShown, statsOf, canvasWhen, hovered, shot, MEMSCAPE, ROOT } from '../harness.js';
 
 const DIR = join(ROOT, 'testdata', 'profiler');
 const TRACE = 'cpu-mlp-adamw.pt.trace.json.gz';
@@ -26,23 +26,8 @@ after(async () => {
   await view?.close();
 });
 
-/** `memscape stats --json` of `path`. */
-function statsJson(path) {
-  return JSON.parse(execFileSync(MEMSCAPE, ['stats', '--json', path], { maxBuffer: 1 << 26, stdio: ['ignore', 'pipe', 'pipe'] }).toString());
-}
-
 /** Opens `path` through the file input, once its tab is in front and its first picture drawn. */
-async function openFile(path, name) {
-  const n = await marks(page, 'first-draw-at');
-  await page.setInputFiles('#file-input', path);
-  // A file the page cannot take shows an error or logs one: said, not waited out.
-  await tabShown(page, name).catch(async e => {
-    const error = await page.locator('#error').count() ? await page.locator('#error .error-text').textContent() : '';
-    throw new Error(`${name} did not open: ${error} ${view.consoleErrors.join('; ')} (${e.message})`);
-  });
-  await page.waitForFunction(n => (window.memscapeTimings || []).filter(x => x[0] === 'first-draw-at').length > n, n, { timeout: 60000 });
-  await painted(page);
-}
+const openFile = (path, name) => openFileDrawn(view, path, name);
 
 /** The notice once it names a profiler file. */
 async function notice() {

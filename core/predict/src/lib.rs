@@ -13,11 +13,10 @@
 
 use std::collections::BTreeMap;
 
-use memscape_format::model::{
-    Action, Annotation, Block, BlockState, Entry, FrameId, Segment, Snapshot, StackId, Trace, PREDICTION_KEY,
-};
+use memscape_format::model::{Action, Annotation, Entry, FrameId, Snapshot, StackId, Trace, PREDICTION_KEY};
 use memscape_format::value::Value;
 pub use memscape_format::PredictionInfo;
+use memscape_replay::simulate::segments::{self, Holder, Labels};
 use memscape_replay::simulate::{place_after, Policy, Simulator};
 use rustc_hash::FxHashMap;
 
@@ -342,51 +341,21 @@ impl Predictor {
     /// settings, and what the prediction is.
     pub fn snapshot(&self) -> Snapshot {
         let mut snap = self.snap.clone();
-        let empty = self.empty;
         let by_address: FxHashMap<u64, &Held> = self.held.values().map(|h| (h.address, h)).collect();
-        let (small, large) = (snap.strings.intern("small"), snap.strings.intern("large"));
-        snap.segments = self
-            .sim
-            .segments()
-            .into_iter()
-            .map(|s| {
-                let blocks: Vec<Block> = s
-                    .blocks
-                    .iter()
-                    .map(|b| {
-                        let held = by_address.get(&b.address).filter(|_| b.allocated);
-                        Block {
-                            address: Some(b.address),
-                            size: b.size,
-                            requested_size: Some(held.map_or(0, |h| h.requested)),
-                            state: if held.is_some() { BlockState::ActiveAllocated } else { BlockState::Inactive },
-                            frames: Some(held.and_then(|h| h.stack).unwrap_or(empty)),
-                            history: None,
-                            extras: Vec::new(),
-                        }
-                    })
-                    .collect();
-                let live = || blocks.iter().filter(|b| b.state != BlockState::Inactive);
-                let allocated: u64 = live().map(|b| b.size).sum();
-                let requested: u64 = live().filter_map(|b| b.requested_size).sum();
-                let stack = self.segment_stacks.get(&s.address).copied().unwrap_or(empty);
-                Segment {
-                    device: 0,
-                    address: s.address,
-                    total_size: s.size,
-                    allocated_size: Some(allocated),
-                    active_size: Some(allocated),
-                    requested_size: Some(requested),
-                    stream: s.stream,
-                    segment_type: Some(if s.small { small } else { large }),
-                    segment_pool_id: Some((0, 0)),
-                    is_expandable: Some(s.expandable),
-                    frames: Some(stack),
-                    blocks,
-                    extras: Vec::new(),
-                }
-            })
-            .collect();
+        let labels = Labels {
+            device: 0,
+            small: snap.strings.intern("small"),
+            large: snap.strings.intern("large"),
+            empty: self.empty,
+        };
+        snap.segments = segments::to_model(
+            self.sim.segments(),
+            labels,
+            |address| {
+                by_address.get(&address).map(|h| Holder { requested: h.requested, stack: h.stack, pending_free: false })
+            },
+            |address| self.segment_stacks.get(&address).copied(),
+        );
         let mut trace = self.trace.clone();
         if trace.len() > self.max_entries {
             let mut kept = Trace::with_capacity(self.max_entries);

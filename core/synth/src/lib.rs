@@ -24,9 +24,10 @@ use std::collections::BTreeMap;
 
 use memscape_analysis::categories::{self, Category, N};
 use memscape_format::intern::{self, StrId};
-use memscape_format::model::{self, Action, Block, BlockState, Entry, FrameId, Segment, Snapshot, StackId, Trace};
+use memscape_format::model::{self, Action, Entry, FrameId, Segment, Snapshot, StackId, Trace};
 use memscape_format::value::Value;
 use memscape_replay::allocator;
+use memscape_replay::simulate::segments::{self, Holder, Labels};
 use memscape_replay::simulate::{place_after, Policy, Simulator};
 
 use training::{run_training, Names};
@@ -525,53 +526,19 @@ impl Allocator {
     }
 
     fn segments(&self, empty: StackId, segment_type: (StrId, StrId)) -> Vec<Segment> {
-        self.sim
-            .segments()
-            .into_iter()
-            .map(|s| {
-                let blocks: Vec<Block> = s
-                    .blocks
-                    .iter()
-                    .map(|b| {
-                        let held = self.held.get(&b.address).filter(|_| b.allocated);
-                        Block {
-                            address: Some(b.address),
-                            size: b.size,
-                            requested_size: Some(held.map_or(0, |h| h.requested)),
-                            state: match held {
-                                Some(h) if h.pending => BlockState::ActivePendingFree,
-                                Some(_) => BlockState::ActiveAllocated,
-                                None => BlockState::Inactive,
-                            },
-                            frames: Some(held.and_then(|h| h.stack).unwrap_or(empty)),
-                            history: None,
-                            extras: Vec::new(),
-                        }
-                    })
-                    .collect();
-                let allocated: u64 =
-                    blocks.iter().filter(|b| b.state == BlockState::ActiveAllocated).map(|b| b.size).sum();
-                let active: u64 = blocks.iter().filter(|b| b.state != BlockState::Inactive).map(|b| b.size).sum();
-                let requested: u64 =
-                    blocks.iter().filter(|b| b.state != BlockState::Inactive).filter_map(|b| b.requested_size).sum();
-                let stack = self.segment_stacks.range(..=s.address).next_back().map_or(empty, |(_, &k)| k);
-                Segment {
-                    device: self.device as i64,
-                    address: s.address,
-                    total_size: s.size,
-                    allocated_size: Some(allocated),
-                    active_size: Some(active),
-                    requested_size: Some(requested),
-                    stream: STREAM,
-                    segment_type: Some(if s.small { segment_type.0 } else { segment_type.1 }),
-                    segment_pool_id: Some((0, 0)),
-                    is_expandable: Some(s.expandable),
-                    frames: Some(stack),
-                    blocks,
-                    extras: Vec::new(),
-                }
-            })
-            .collect()
+        let labels = Labels { device: self.device as i64, small: segment_type.0, large: segment_type.1, empty };
+        segments::to_model(
+            self.sim.segments(),
+            labels,
+            |address| {
+                self.held.get(&address).map(|h| Holder {
+                    requested: h.requested,
+                    stack: h.stack,
+                    pending_free: h.pending,
+                })
+            },
+            |address| self.segment_stacks.range(..=address).next_back().map(|(_, &k)| k),
+        )
     }
 }
 

@@ -34,6 +34,7 @@ mod expandable;
 mod release;
 pub mod replay;
 pub mod run;
+pub mod segments;
 
 use std::collections::{BTreeMap, BTreeSet};
 
