@@ -337,3 +337,19 @@ fn main() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// The scaling check as `scripts/test` runs it: a test of this binary, so that the one `cargo
+/// test` of the workspace builds it with everything else (`cargo run -p bench -- scale` after
+/// that test build compiled the workspace's crates again: 76 s of a clean run on two cores).
+/// `cargo test --workspace --exclude app --locked --bin bench -- --ignored --nocapture scaling`;
+/// `MEMSCAPE_SCALE_ARGS` takes `scale`'s own arguments (`--only predict`).
+#[cfg(test)]
+mod ci {
+    #[test]
+    #[ignore = "times every analysis at N and 4N for a minute: scripts/test runs it on its own"]
+    fn scaling() -> anyhow::Result<()> {
+        let args: Vec<String> =
+            std::env::var("MEMSCAPE_SCALE_ARGS").unwrap_or_default().split_whitespace().map(String::from).collect();
+        super::scale::main(&args)
+    }
+}
