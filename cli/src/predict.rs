@@ -20,6 +20,7 @@
 //! | `{"reset_peak":1}`, `{"empty_cache":1}`, `{"fraction":f}` (then a limit) | none |
 //! | `{"assume":text}`, `{"incomplete":why}` | none |
 //! | `{"dump":path}` | `{"ok":1}` or `{"error":message}` |
+//! | `{"top_return":1}` (a function the top level called returns) | none; the frees that follow wait for the next other message, and are left out of a `whole` dump |
 //! | `{"end":1}` | none; the server ends |
 
 use std::ffi::OsString;
@@ -188,14 +189,45 @@ fn serve(info: &str) -> anyhow::Result<()> {
     let mut p = Predictor::new(info, &conf).map_err(anyhow::Error::msg)?;
     let stdin = std::io::stdin().lock();
     let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
-    for (n, line) in stdin.lines().enumerate() {
-        let line = line?;
-        let msg: Value = serde_json::from_str(&line).with_context(|| format!("message {}: not JSON", n + 1))?;
-        let answer = handle(&mut p, &msg).unwrap_or_else(|e| Some(json!({ "error": e })));
-        if let Some(a) = answer {
+    let mut respond = |p: &mut Predictor, msg: &Value| -> anyhow::Result<()> {
+        if let Some(a) = handle(p, msg).unwrap_or_else(|e| Some(json!({ "error": e }))) {
             writeln!(stdout, "{a}")?;
             stdout.flush()?;
         }
+        Ok(())
+    };
+    // The frees after a function the program's top level called returned (`top_return`),
+    // held back: applied before any message that reads or changes the allocator, and left
+    // out of the whole run's snapshot if they are the last thing the program did (its
+    // objects' teardown as `main()` returned).
+    let mut held_back: Option<Vec<Value>> = None;
+    for (n, line) in stdin.lines().enumerate() {
+        let line = line?;
+        let msg: Value = serde_json::from_str(&line).with_context(|| format!("message {}: not JSON", n + 1))?;
+        if msg.get("top_return").is_some() {
+            held_back.get_or_insert_with(Vec::new);
+            continue;
+        }
+        if let Some(frees) = &mut held_back {
+            let whole = msg.get("whole").and_then(Value::as_bool) == Some(true);
+            if msg.get("free").is_some() {
+                frees.push(msg);
+                continue;
+            } else if whole && !frees.is_empty() {
+                p.assume(&format!(
+                    "the program's last {} frees, after a function its top level called (main(), say) returned, are left out as its teardown at exit: the snapshot ends as that function returned",
+                    frees.len()
+                ));
+            } else if !(whole
+                || msg.get("stack").is_some_and(Value::is_array)
+                || ["frame", "assume", "incomplete", "end"].iter().any(|k| msg.get(k).is_some()))
+            {
+                for f in held_back.take().unwrap_or_default() {
+                    respond(&mut p, &f)?;
+                }
+            }
+        }
+        respond(&mut p, &msg)?;
         if msg.get("end").is_some() {
             break;
         }

@@ -241,6 +241,12 @@ class Session:
         self.cpp = stacks != "python"
         self._send({"history": self.recording, "max_entries": max_entries})
 
+    def top_return(self) -> None:
+        """A function the program's top level called is returning (``main()``, say): the frees
+        that follow, up to the next other message, may be its objects' teardown at exit."""
+        if not self.closed:
+            self._send({"top_return": 1})
+
     def assume(self, what: str) -> None:
         if what not in self.assumed:
             self.assumed.add(what)
@@ -356,6 +362,50 @@ def _incomplete(value: BaseException, tb: Any) -> str:
     return f"{type(value).__name__}{where}: {value}"
 
 
+def _watch_top_level(session: Session) -> None:
+    """Tells the server each time a function called by the ``__main__`` module's own code
+    returns, while that function's locals are still alive (``sys.monitoring``, Python 3.12 and
+    later; nothing before). A program whose model and optimizer live in ``main()`` frees them
+    as ``main()`` returns, before ``--out`` is written at exit: the server holds those frees
+    back and leaves them out of ``--out``, which then shows the run as ``main()`` left it."""
+    mon: Any = getattr(sys, "monitoring", None)
+    if mon is None:
+        return
+    tool = next((i for i in (4, 3) if mon.get_tool(i) is None), None)
+    if tool is None:
+        return
+    mon.use_tool_id(tool, "memscape predict")
+    events = mon.events
+    top: List[Any] = []
+    watched: Set[Any] = set()
+
+    def started(code: Any, offset: int) -> Any:
+        if code.co_name == "<module>" and sys._getframe(1).f_globals.get("__name__") == "__main__":
+            top.append(code)
+            mon.set_events(tool, 0)
+            mon.set_local_events(tool, code, events.CALL)
+            return None
+        return mon.DISABLE
+
+    def called(code: Any, offset: int, callee: Any, arg0: Any) -> Any:
+        c = getattr(callee, "__code__", None)
+        if c is not None and c not in watched:
+            watched.add(c)
+            mon.set_local_events(tool, c, events.PY_RETURN)
+        return None
+
+    def returned(code: Any, offset: int, value: Any) -> Any:
+        caller = sys._getframe(1).f_back
+        if caller is not None and top and caller.f_code is top[0]:
+            session.top_return()
+        return None
+
+    mon.register_callback(tool, events.PY_START, started)
+    mon.register_callback(tool, events.CALL, called)
+    mon.register_callback(tool, events.PY_RETURN, returned)
+    mon.set_events(tool, events.PY_START)
+
+
 def _boot() -> None:
     """``memscape predict -- COMMAND``'s ``sitecustomize``: predicts this whole process as
     ``$MEMSCAPE_PREDICT`` says."""
@@ -372,6 +422,7 @@ def _boot() -> None:
         session.assume(f"the doctor's what-if {conf['what_if']} was made to the program as it ran (memscape doctor --verify)")
     if conf.get("out"):
         session.history("all")
+        _watch_top_level(session)
     failure: List[str] = []
     real_hook = sys.excepthook
 

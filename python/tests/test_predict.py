@@ -99,6 +99,42 @@ class PredictTest(unittest.TestCase):
         self.assertIn(f"{script}:4", info["incomplete"])
         self.assertIn("INCOMPLETE", p.stderr)
 
+    @unittest.skipUnless(sys.version_info >= (3, 12), "sys.monitoring (Python 3.12) tells main()'s return")
+    def test_out_ends_as_main_returns_not_after_its_objects_die(self) -> None:
+        """A model and optimizer that live in main() die as it returns, before --out is
+        written at exit: the file shows them alive (as main() left them), so the doctor counts
+        a parameter as one, and says what it left out."""
+        script = self.dir / "train.py"
+        script.write_text(textwrap.dedent("""\
+            import torch
+
+            def step(model, opt):
+                x = torch.randn(64, 1024, device="cuda")
+                model(x).sum().backward()
+                opt.step()
+
+            def main():
+                model = torch.nn.Linear(1024, 1024).cuda()
+                opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+                for _ in range(2):
+                    step(model, opt)
+                    opt.zero_grad()
+
+            if __name__ == "__main__":
+                main()
+            """))
+        out = self.dir / "train.pickle"
+        p = run_predict(["--out", str(out), "--", sys.executable, str(script)], self.dir)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        snap = load(out)
+        weight = 1024 * 1024 * 4
+        # Alive in the file's last state: the weight and SGD's momentum buffer for it.
+        alive = [b for s in snap["segments"] for b in s["blocks"]
+                 if b["state"] == "active_allocated" and b["requested_size"] == weight]
+        self.assertEqual(len(alive), 2, [(b["size"], b["requested_size"]) for s in snap["segments"] for b in s["blocks"]])
+        info = snap["memscape_prediction"]
+        self.assertTrue(any("teardown" in a for a in info["assumptions"]), info["assumptions"])
+
     def test_past_the_gpu_memory_the_program_gets_pytorchs_error(self) -> None:
         script = self.dir / "big.py"
         script.write_text(textwrap.dedent("""\
